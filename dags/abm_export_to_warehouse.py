@@ -1,0 +1,104 @@
+"""Daily: make sure the export job exists, wait for a completed execution, download it, load it.
+
+The service restates the most recent 48 hours in every execution, so the load replaces rows by natural
+key instead of appending; re-running any day is safe. Every name below can be changed through the
+environment without editing this file, so the same DAG runs on the embedded defaults (emulator +
+DuckDB) and against the real service and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+
+from airflow.providers.common.sql.operators.sql import (
+    SQLCheckOperator,
+    SQLColumnCheckOperator,
+    SQLTableCheckOperator,
+)
+from airflow.sdk import DAG
+
+from abm_provider.operators.exports import CreateExportJobOperator, DownloadExecutionCsvOperator
+from abm_provider.sensors.exports import ExecutionCompleteSensor
+from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
+
+ABM_CONN_ID = os.environ.get("ABM_CONN_ID", "abm_default")
+WAREHOUSE_CONN_ID = os.environ.get("ABM_WAREHOUSE_CONN_ID", "abm_warehouse")
+EXPORT_TYPE = os.environ.get("ABM_EXPORT_TYPE", "TACTIC_PERFORMANCE")
+EXPORT_SCHEDULE = os.environ.get("ABM_EXPORT_SCHEDULE", "0 5 * * *")
+TABLE = os.environ.get("ABM_EXPORT_TABLE", "abm_tactic_performance")
+KEY_COLUMNS = {
+    "TACTIC_PERFORMANCE": ("date", "tactic_id"),
+    "DISPLAY_TACTIC_ACCOUNT_PERFORMANCE": ("date", "tactic_id", "account_id"),
+}[EXPORT_TYPE]
+
+with DAG(
+    dag_id="abm_export_to_warehouse",
+    description="Load the ABM export CSV into the warehouse, replacing restated days.",
+    schedule="@daily",
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=2)},
+    tags=["abm", "warehouse"],
+    doc_md=__doc__,
+) as dag:
+    ensure_export_job = CreateExportJobOperator(
+        task_id="ensure_export_job",
+        abm_conn_id=ABM_CONN_ID,
+        export_type=EXPORT_TYPE,
+        schedule=EXPORT_SCHEDULE,
+        if_exists="ignore",
+    )
+
+    wait_for_execution = ExecutionCompleteSensor(
+        task_id="wait_for_execution",
+        abm_conn_id=ABM_CONN_ID,
+        export_type=EXPORT_TYPE,
+        # An execution that finished after this interval ended holds the interval's data.
+        updated_after="{{ data_interval_end.isoformat() }}",
+        deferrable=True,
+        poke_interval=60,
+        timeout=int(timedelta(hours=20).total_seconds()),
+    )
+
+    download_csv = DownloadExecutionCsvOperator(
+        task_id="download_csv",
+        abm_conn_id=ABM_CONN_ID,
+        execution=wait_for_execution.output,
+    )
+
+    load_warehouse = ExecutionCsvToSqlOperator(
+        task_id="load_warehouse",
+        source=download_csv.output,
+        sql_conn_id=WAREHOUSE_CONN_ID,
+        table=TABLE,
+        export_type=EXPORT_TYPE,
+    )
+
+    check_rows = SQLTableCheckOperator(
+        task_id="check_row_count",
+        conn_id=WAREHOUSE_CONN_ID,
+        table=TABLE,
+        checks={"has_rows": {"check_statement": "COUNT(*) > 0"}},
+    )
+
+    check_keys_not_null = SQLColumnCheckOperator(
+        task_id="check_keys_not_null",
+        conn_id=WAREHOUSE_CONN_ID,
+        table=TABLE,
+        column_mapping={column: {"null_check": {"equal_to": 0}} for column in KEY_COLUMNS},
+    )
+
+    key_list = ", ".join(KEY_COLUMNS)
+    check_no_duplicate_keys = SQLCheckOperator(
+        task_id="check_no_duplicate_keys",
+        conn_id=WAREHOUSE_CONN_ID,
+        sql=(
+            f"SELECT COUNT(*) = 0 FROM (SELECT {key_list} FROM {TABLE} "
+            f"GROUP BY {key_list} HAVING COUNT(*) > 1) AS duplicate_keys"
+        ),
+    )
+
+    ensure_export_job >> wait_for_execution >> download_csv >> load_warehouse
+    load_warehouse >> [check_rows, check_keys_not_null, check_no_duplicate_keys]

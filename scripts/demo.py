@@ -1,0 +1,155 @@
+"""`make demo`: the main job end to end on embedded defaults, in one command.
+
+Starts the emulator with a fast clock, prepares a throw-away Airflow home on SQLite and a DuckDB
+warehouse under `.state/demo`, seeds a target-accounts table, runs both example DAGs with
+`airflow dags test`, prints what landed where, and stops the emulator, also on failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import duckdb
+
+from abm_emulator.testing import RunningEmulator, start_emulator
+
+ROOT = Path(__file__).resolve().parents[1]
+STATE = ROOT / ".state" / "demo"
+API_KEY = "demo-key"
+WAREHOUSE = STATE / "warehouse.duckdb"
+TARGET_ACCOUNTS = 2_500
+
+
+def log(message: str) -> None:
+    print(f"[demo {datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
+
+
+def airflow_env(emulator: RunningEmulator) -> dict[str, str]:
+    """Connections and paths through environment variables only: nothing is written to a shared place."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "AIRFLOW_HOME": str(STATE / "airflow"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+            "ABM_DATA_DIR": str(STATE / "files"),
+            "AIRFLOW_CONN_ABM_DEFAULT": json.dumps(
+                {"conn_type": "abm", "host": emulator.base_url, "password": emulator.api_key}
+            ),
+            "AIRFLOW_CONN_ABM_WAREHOUSE": json.dumps({"conn_type": "duckdb", "host": str(WAREHOUSE)}),
+        }
+    )
+    return env
+
+
+def seed_target_accounts(path: Path, count: int) -> None:
+    """Accounts marketing wants on the list: mostly valid, some unknown to the CRM, a few malformed."""
+    with duckdb.connect(str(path)) as con:
+        con.execute(
+            "CREATE OR REPLACE TABLE abm_target_accounts "
+            "(account_id VARCHAR, account_name VARCHAR, crm_org_id VARCHAR)"
+        )
+        rows = []
+        for i in range(count):
+            if i % 250 == 7:
+                account_id = f"BAD-{i}"  # malformed: rejected before sending
+            elif i % 100 == 3:
+                account_id = f"002{i:015d}"  # well formed but not an account id: reported not found
+            else:
+                account_id = f"001{i:015d}"
+            rows.append((account_id, f"Account {i}, Ltd. \u00e9", "00D000000000001"))
+        con.executemany("INSERT INTO abm_target_accounts VALUES (?, ?, ?)", rows)
+
+
+def run(cmd: list[str], env: Mapping[str, str]) -> None:
+    log("$ " + " ".join(cmd))
+    started = time.monotonic()
+    result = subprocess.run(cmd, env=dict(env), cwd=ROOT, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        sys.stdout.write(result.stdout[-20000:])
+        sys.stderr.write(result.stderr[-20000:])
+        raise SystemExit(f"demo: {' '.join(cmd[:3])} failed with exit code {result.returncode}")
+    log(f"  done in {time.monotonic() - started:.1f} s")
+
+
+def summarize(emulator: RunningEmulator) -> None:
+    with duckdb.connect(str(WAREHOUSE), read_only=True) as con:
+        per_day = con.execute(
+            "SELECT date, COUNT(*) AS rows, SUM(impressions), SUM(clicks), SUM(spend) "
+            "FROM abm_tactic_performance GROUP BY date ORDER BY date DESC LIMIT 5"
+        ).fetchall()
+        total = con.execute("SELECT COUNT(*), COUNT(DISTINCT date) FROM abm_tactic_performance").fetchone()
+        ledger = con.execute(
+            "SELECT execution_id, rows_loaded, rows_rejected FROM abm_load_ledger "
+            "ORDER BY loaded_at DESC LIMIT 1"
+        ).fetchone()
+        members = con.execute("SELECT COUNT(*) FROM abm_list_membership").fetchone()
+        rejects = con.execute(
+            "SELECT reason, COUNT(*) FROM abm_list_rejects GROUP BY reason ORDER BY 2 DESC"
+        ).fetchall()
+    print()
+    print("=" * 72)
+    print("ABM demo summary")
+    print("=" * 72)
+    assert total is not None
+    print(f"Warehouse (DuckDB): {WAREHOUSE}")
+    print(f"  abm_tactic_performance: {total[0]} rows over {total[1]} days; newest days:")
+    for day, rows, impressions, clicks, spend in per_day:
+        print(
+            f"    {day}  {rows:>6} rows  {impressions:>10} impressions  {clicks:>8} clicks  {spend:>12} spend"
+        )
+    if ledger:
+        print(f"  last load: execution {ledger[0]}, {ledger[1]} rows loaded, {ledger[2]} rejected")
+    print(f"  abm_list_membership: {members[0] if members else 0} accounts on the list")
+    print("  abm_list_rejects:")
+    for reason, count in rejects:
+        print(f"    {count:>5}  {reason}")
+    print(f"Downloaded files: {STATE / 'files'}")
+    print(f"Airflow home (SQLite): {STATE / 'airflow'}")
+    print("Try:")
+    print(
+        f"  .venv/bin/python -c \"import duckdb; print(duckdb.connect('{WAREHOUSE}', read_only=True)"
+        ".sql('SELECT date, SUM(spend) FROM abm_tactic_performance GROUP BY 1 ORDER BY 1'))\""
+    )
+    print("=" * 72)
+
+
+def main() -> int:
+    started = time.monotonic()
+    shutil.rmtree(STATE, ignore_errors=True)
+    STATE.mkdir(parents=True)
+    # The emulated day starts just before the job's 05:00 UTC run, and one emulated hour passes per
+    # real second, so the first execution fires and completes within seconds of the job's creation.
+    clock_start = (datetime.now(UTC) + timedelta(days=1)).replace(hour=4, minute=58, second=0, microsecond=0)
+    log("starting the emulator")
+    with start_emulator(
+        api_keys=[API_KEY],
+        clock_speed=3600.0,
+        clock_start=clock_start.isoformat(),
+        export_size_bytes=2_000_000,
+        data_dir=str(STATE / "emulator"),
+    ) as emulator:
+        log(f"emulator API at {emulator.base_url}, storage at {emulator.storage_url}")
+        env = airflow_env(emulator)
+        airflow = str(Path(sys.executable).with_name("airflow"))
+        run([airflow, "db", "migrate"], env)
+        seed_target_accounts(WAREHOUSE, TARGET_ACCOUNTS)
+        log(f"seeded {TARGET_ACCOUNTS} target accounts into {WAREHOUSE}")
+        run([airflow, "dags", "test", "abm_export_to_warehouse"], env)
+        run([airflow, "dags", "test", "abm_sync_account_lists"], env)
+        summarize(emulator)
+    log(f"finished in {time.monotonic() - started:.0f} s; the emulator is stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,656 @@
+"""Account sources, row validation, batching and the rejects file for the account-list operators.
+
+The add/remove operators must keep memory flat whatever the size of the source, so everything here
+is a generator: a source yields one row at a time (reading files and query results in bounded
+chunks), the validator turns a row into the request payload or a reason, and :func:`iter_batches`
+groups valid accounts into batches of at most the API limit while invalid rows go straight to the
+rejects writer. Nothing here talks to the API; the operators own that, which keeps this module
+testable without a server.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, suppress
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from airflow.sdk import ObjectStoragePath
+
+#: Fields of an account in the Account Lists v2 requests, in request order.
+API_FIELDS: tuple[str, ...] = ("id", "name", "crmOrgId", "crmType")
+#: Fields a remove request carries (the API takes no name there).
+REMOVE_FIELDS: tuple[str, ...] = ("id", "crmOrgId", "crmType")
+DEFAULT_CRM_TYPE = "SALESFORCE"
+#: The only crmType the service documents; anything else would be refused or silently not found.
+KNOWN_CRM_TYPES: frozenset[str] = frozenset({"SALESFORCE"})
+#: The API refuses more than this many accounts in one add or remove request.
+MAX_BATCH_SIZE = 1000
+#: Longest id/name/crmOrgId accepted. Salesforce ids are 15 or 18 characters; the limit is generous
+#: so valid ids of other CRMs pass, while a wrong delimiter (a whole line in one field) is caught here
+#: instead of failing a whole 1000-account request.
+DEFAULT_MAX_FIELD_LENGTH = 255
+
+FileFormat = Literal["csv", "parquet"]
+
+_ID_FORBIDDEN = re.compile(r"[\s\x00-\x1f\x7f]")
+_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_COMPRESSION_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zstd", ".lz4", ".snappy")
+_LOCAL_PROTOCOLS = ("", "file", "local")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRow:
+    """One row as read from a source, with where it came from so a reject can point back at it.
+
+    ``row_number`` is 1-based among data rows (a CSV header is not counted). ``line`` is the physical
+    line a CSV record starts on (records may span lines when a quoted value holds a newline); it is
+    ``None`` for sources without lines. ``data`` is the row exactly as read, normally a mapping of
+    source column names to values.
+    """
+
+    row_number: int
+    line: int | None
+    data: Any
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidRow:
+    """A row that is not sent, with the reason a person can act on."""
+
+    row: SourceRow
+    reason: str
+
+
+class OpenedSource:
+    """A source that has been opened: its column names (when it has a fixed set) and its rows.
+
+    ``columns`` lets the operator check the column mapping before sending anything, so a wrong
+    ``column_map`` fails in the first second rather than after producing a million rejects.
+    """
+
+    def __init__(self, columns: Sequence[str] | None, rows: Iterator[SourceRow]) -> None:
+        self.columns = list(columns) if columns is not None else None
+        self.rows = rows
+
+
+def normalise_column_map(column_map: Mapping[str, str] | None) -> dict[str, str]:
+    """Merge a user's ``{api_field: source_column}`` map onto the identity map, rejecting typos early.
+
+    A misspelt API field (``"crmorgid"``) would otherwise be ignored and every account sent without
+    that field, so unknown keys are an error at DAG parse time.
+    """
+    merged = {name: name for name in API_FIELDS}
+    if not column_map:
+        return merged
+    unknown = sorted(set(column_map) - set(API_FIELDS))
+    if unknown:
+        raise ValueError(f"column_map has unknown keys {unknown}; its keys must be among {list(API_FIELDS)}")
+    for api_field, column in column_map.items():
+        if not isinstance(column, str) or not column:
+            raise ValueError(f"column_map[{api_field!r}] must be a non-empty column name, got {column!r}")
+        merged[api_field] = column
+    return merged
+
+
+class AccountValidator:
+    """Turns a source row into the account payload for a request, or a reason it cannot be sent.
+
+    The service answers ``400`` for a whole request when one account in it is malformed, which would
+    fail 999 good accounts with it, and it reports an unknown id as "not found" only when the id is
+    at least well formed. So every row is checked here first, and each problem gets a reason a person
+    can fix the source from.
+    """
+
+    def __init__(
+        self,
+        column_map: Mapping[str, str] | None = None,
+        *,
+        fields: Sequence[str] = API_FIELDS,
+        default_crm_type: str = DEFAULT_CRM_TYPE,
+        crm_types: Iterable[str] = KNOWN_CRM_TYPES,
+        max_field_length: int = DEFAULT_MAX_FIELD_LENGTH,
+    ) -> None:
+        self.column_map = normalise_column_map(column_map)
+        self.fields = tuple(fields)
+        self.crm_types = frozenset(crm_types)
+        if default_crm_type not in self.crm_types:
+            raise ValueError(
+                f"default_crm_type {default_crm_type!r} is not a known crmType {sorted(self.crm_types)}"
+            )
+        if max_field_length < 1:
+            raise ValueError("max_field_length must be at least 1")
+        self.default_crm_type = default_crm_type
+        self.max_field_length = max_field_length
+        self.id_column = self.column_map["id"]
+        self._optional = [(f, self.column_map[f]) for f in ("name", "crmOrgId") if f in self.fields]
+        self._crm_type_column = self.column_map["crmType"] if "crmType" in self.fields else None
+
+    def missing_columns(self, columns: Sequence[str]) -> list[str]:
+        """Source columns the mapping needs that a source with a fixed column set lacks.
+
+        Only the id column is required; the others are optional in the API, but a mapping that names
+        a column the source does not have is almost always a typo, so those are reported too.
+        """
+        present = set(columns)
+        needed = [self.column_map[f] for f in self.fields]
+        explicit = [c for f, c in self.column_map.items() if f in self.fields and c != f]
+        return [
+            c for c in dict.fromkeys(needed) if c not in present and (c == self.id_column or c in explicit)
+        ]
+
+    def validate(self, data: Any) -> tuple[dict[str, str] | None, str | None]:
+        """Return ``(account, None)`` for a sendable row, or ``(None, reason)``."""
+        if isinstance(data, _MalformedRecord):
+            return None, data.reason()
+        if not isinstance(data, Mapping):
+            return None, f"row is not a mapping of column names to values (got {type(data).__name__})"
+        raw_id = data.get(self.id_column)
+        if raw_id is None:
+            if self.id_column not in data:
+                return None, f"missing id (no column {self.id_column!r})"
+            return None, "missing id (null)"
+        if not isinstance(raw_id, str):
+            return None, f"id must be a string, got {type(raw_id).__name__} {raw_id!r}"
+        account_id = raw_id.strip()
+        if not account_id:
+            return None, "empty id"
+        if len(account_id) > self.max_field_length:
+            return (
+                None,
+                f"id is {len(account_id)} characters, over the limit of {self.max_field_length}",
+            )
+        if _ID_FORBIDDEN.search(account_id):
+            return None, "id contains whitespace or control characters"
+        account = {"id": account_id}
+        for api_field, column in self._optional:
+            value = data.get(column)
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                return None, f"{api_field} must be a string, got {type(value).__name__} {value!r}"
+            value = value.strip()
+            if not value:
+                continue
+            if len(value) > self.max_field_length:
+                return None, (
+                    f"{api_field} is {len(value)} characters, over the limit of {self.max_field_length}"
+                )
+            if _CONTROL_CHARS.search(value):
+                return None, f"{api_field} contains control characters"
+            account[api_field] = value
+        if self._crm_type_column is not None:
+            crm_type = data.get(self._crm_type_column)
+            if crm_type is None or (isinstance(crm_type, str) and not crm_type.strip()):
+                account["crmType"] = self.default_crm_type
+            elif not isinstance(crm_type, str):
+                return None, f"crmType must be a string, got {type(crm_type).__name__} {crm_type!r}"
+            elif crm_type.strip() not in self.crm_types:
+                return None, f"unknown crmType {crm_type!r} (expected one of {sorted(self.crm_types)})"
+            else:
+                account["crmType"] = crm_type.strip()
+        return account, None
+
+
+def iter_batches(
+    rows: Iterable[SourceRow],
+    validator: AccountValidator,
+    batch_size: int,
+    on_invalid: Callable[[InvalidRow], None],
+) -> Iterator[list[tuple[dict[str, str], SourceRow]]]:
+    """Yield lists of at most ``batch_size`` valid accounts, each with the row it came from.
+
+    Invalid rows are handed to ``on_invalid`` as they are met (so they reach the rejects file in
+    source order and the caller can stop early), never batched. Keeping the source row next to its
+    account is what lets a "not found" answer be written back with the original row and its number.
+    """
+    if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise ValueError(f"batch_size must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
+    batch: list[tuple[dict[str, str], SourceRow]] = []
+    validate = validator.validate
+    for row in rows:
+        account, reason = validate(row.data)
+        if account is None:
+            on_invalid(InvalidRow(row, reason or "invalid"))
+            continue
+        batch.append((account, row))
+        if len(batch) >= batch_size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+# --- sources -------------------------------------------------------------------------------------
+
+
+def as_storage_path(path: str | os.PathLike[str] | ObjectStoragePath) -> ObjectStoragePath:
+    """Accept a string, a local path or an ``ObjectStoragePath``; make a local relative path absolute.
+
+    A bare relative string would otherwise be resolved by fsspec against a working directory that
+    differs between the scheduler, a worker and a test.
+    """
+    if isinstance(path, ObjectStoragePath):
+        return path
+    text = os.fspath(path)
+    if "://" not in text:
+        text = "file://" + os.path.abspath(text)
+    return ObjectStoragePath(text)
+
+
+def detect_file_format(path: str, file_format: str | None = None) -> FileFormat:
+    """Pick CSV or Parquet from an explicit setting or the file name (compression suffix ignored)."""
+    if file_format is not None:
+        lowered = file_format.lower()
+        if lowered not in ("csv", "parquet"):
+            raise ValueError(f"file_format must be 'csv' or 'parquet', got {file_format!r}")
+        return "csv" if lowered == "csv" else "parquet"
+    name = path.lower()
+    for suffix in _COMPRESSION_SUFFIXES:
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    if name.endswith((".csv", ".txt")):
+        return "csv"
+    if name.endswith((".parquet", ".pq")):
+        return "parquet"
+    raise ValueError(f"Cannot tell the format of {path!r} from its name; set file_format='csv' or 'parquet'")
+
+
+def _is_local(path: ObjectStoragePath) -> bool:
+    return (path.protocol or "") in _LOCAL_PROTOCOLS
+
+
+class IterableSource:
+    """Rows from any iterable of mappings (a list, a generator, an XCom value).
+
+    The iterable is consumed once, lazily, so a generator source costs no more memory than one row.
+    """
+
+    description = "iterable"
+
+    def __init__(self, accounts: Iterable[Any]) -> None:
+        if isinstance(accounts, (str, bytes, Mapping)):
+            raise TypeError(
+                "accounts must be an iterable of account mappings, not a single "
+                f"{type(accounts).__name__}; wrap one account in a list"
+            )
+        self.accounts = accounts
+
+    @contextmanager
+    def open(self) -> Iterator[OpenedSource]:
+        """Open the iterable; it has no fixed column set, so each row is checked on its own."""
+        yield OpenedSource(None, self._rows())
+
+    def _rows(self) -> Iterator[SourceRow]:
+        for number, data in enumerate(self.accounts, start=1):
+            yield SourceRow(number, None, data)
+
+
+class CsvSource:
+    """Rows of a CSV file (header row required), local or on any ``ObjectStoragePath`` store.
+
+    Read with the standard library's streaming reader over a text stream rather than pyarrow: every
+    value stays a string (no type inference turning ids like ``00123`` into numbers), a malformed
+    record becomes one reject with its exact physical line number instead of aborting the read, and
+    a quoted newline inside a name is handled. Parsing runs far faster than the API accepts accounts,
+    and memory is one record plus the stream buffer.
+    """
+
+    description = "CSV file"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | ObjectStoragePath,
+        *,
+        delimiter: str = ",",
+        encoding: str = "utf-8-sig",
+        compression: str | None = "infer",
+    ) -> None:
+        self.path = as_storage_path(path)
+        self.delimiter = delimiter
+        self.encoding = encoding
+        self.compression = compression
+
+    @contextmanager
+    def open(self) -> Iterator[OpenedSource]:
+        """Open the file and read its header; the rows are read as they are consumed."""
+        raw = self.path.open("rb", compression=self.compression)
+        try:
+            text = io.TextIOWrapper(raw, encoding=self.encoding, newline="")
+            reader = csv.reader(text, delimiter=self.delimiter, strict=False)
+            try:
+                header = next(reader)
+            except StopIteration:
+                raise ValueError(f"{self.path} is empty: a CSV accounts file needs a header row") from None
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{self.path} is not {self.encoding} text: {err}") from err
+            header = [h.strip() for h in header]
+            duplicated = sorted({h for h in header if header.count(h) > 1})
+            if duplicated:
+                raise ValueError(f"{self.path} has duplicate column names {duplicated}")
+            yield OpenedSource(header, self._rows(reader, header))
+        finally:
+            raw.close()
+
+    def _rows(self, reader: Any, header: list[str]) -> Iterator[SourceRow]:
+        width = len(header)
+        number = 0
+        last_line = reader.line_num
+        try:
+            for values in reader:
+                start_line = last_line + 1
+                last_line = reader.line_num
+                if not values:
+                    continue  # a blank line holds no record
+                number += 1
+                if len(values) != width:
+                    yield SourceRow(number, start_line, _MalformedRecord(values, width))
+                    continue
+                yield SourceRow(number, start_line, dict(zip(header, values, strict=True)))
+        except UnicodeDecodeError as err:
+            raise ValueError(
+                f"{self.path} is not {self.encoding} text after line {last_line}: {err}"
+            ) from err
+        except csv.Error as err:
+            raise ValueError(f"{self.path} line {reader.line_num}: unreadable CSV: {err}") from err
+
+
+class _MalformedRecord(list):  # type: ignore[type-arg]
+    """The fields of a CSV record with the wrong number of fields, kept as read for the rejects file.
+
+    A list subclass so the rejects writer records the original fields as a JSON array, while the
+    validator recognises it and uses :meth:`reason`.
+    """
+
+    def __init__(self, values: list[str], expected: int) -> None:
+        super().__init__(values)
+        self.expected = expected
+
+    def reason(self) -> str:
+        """Say how the record is malformed, which is what the reader of the rejects file needs."""
+        return f"malformed CSV record: expected {self.expected} fields, got {len(self)}"
+
+
+class ParquetSource:
+    """Rows of a Parquet file, read one record batch at a time.
+
+    Memory is bounded by one record batch plus the column chunks of the row group being decoded, so
+    files written with very large row groups cost more than their batch size suggests; it does not
+    grow with the number of row groups.
+    """
+
+    description = "Parquet file"
+
+    def __init__(
+        self, path: str | os.PathLike[str] | ObjectStoragePath, *, read_batch_size: int = 1000
+    ) -> None:
+        self.path = as_storage_path(path)
+        self.read_batch_size = read_batch_size
+
+    @contextmanager
+    def open(self) -> Iterator[OpenedSource]:
+        """Open the file and read its schema; record batches are decoded as rows are consumed."""
+        import pyarrow.parquet as pq
+
+        handle: Any = None
+        if _is_local(self.path):
+            source: Any = self.path.path
+        else:
+            handle = self.path.open("rb")
+            source = handle
+        try:
+            parquet = pq.ParquetFile(source, buffer_size=1 << 20)
+            yield OpenedSource(parquet.schema_arrow.names, self._rows(parquet))
+        finally:
+            if handle is not None:
+                handle.close()
+
+    def _rows(self, parquet: Any) -> Iterator[SourceRow]:
+        number = 0
+        try:
+            # One reader per row group: a single reader over the whole file keeps buffers of every row
+            # group it has passed (measured: arrow memory grows about 130 KB per row group).
+            for row_group in range(parquet.num_row_groups):
+                for batch in parquet.iter_batches(batch_size=self.read_batch_size, row_groups=[row_group]):
+                    for data in batch.to_pylist():
+                        number += 1
+                        yield SourceRow(number, None, data)
+        finally:
+            parquet.close()
+
+
+class SqlSource:
+    """Rows of a SQL query run through any common-sql ``DbApiHook`` connection.
+
+    Rows are fetched with ``fetchmany`` on a server-side cursor where the driver has one (PostgreSQL
+    named cursors, MySQL ``SSCursor``); other drivers, DuckDB included, stream results through a
+    plain cursor's ``fetchmany``. A plain client-side cursor on PostgreSQL would copy the whole result
+    into the worker on ``execute``.
+    """
+
+    description = "SQL query"
+
+    def __init__(
+        self,
+        sql: str,
+        sql_conn_id: str,
+        *,
+        parameters: Mapping[str, Any] | Sequence[Any] | None = None,
+        hook_params: Mapping[str, Any] | None = None,
+        fetch_size: int = 1000,
+    ) -> None:
+        self.sql = sql
+        self.sql_conn_id = sql_conn_id
+        self.parameters = parameters
+        self.hook_params = dict(hook_params or {})
+        self.fetch_size = fetch_size
+
+    def get_hook(self) -> Any:
+        """Resolve the connection to its provider's hook, which must be a common-sql ``DbApiHook``."""
+        from airflow.providers.common.sql.hooks.sql import DbApiHook
+        from airflow.sdk import BaseHook
+
+        hook = BaseHook.get_connection(self.sql_conn_id).get_hook(hook_params=self.hook_params)
+        if not isinstance(hook, DbApiHook):
+            raise TypeError(
+                f"sql_conn_id {self.sql_conn_id!r} resolves to {type(hook).__name__}, "
+                "which is not a common-sql DbApiHook"
+            )
+        return hook
+
+    @contextmanager
+    def open(self) -> Iterator[OpenedSource]:
+        """Run the query; the first chunk is fetched here because named cursors describe only then."""
+        hook = self.get_hook()
+        conn = hook.get_conn()
+        cursor: Any = None
+        try:
+            cursor = _streaming_cursor(conn)
+            if self.parameters:
+                cursor.execute(self.sql, self.parameters)
+            else:
+                cursor.execute(self.sql)
+            if cursor.description is None and not _named(cursor):
+                raise ValueError("The sql query returns no result set; it must be a SELECT of accounts")
+            first = cursor.fetchmany(self.fetch_size)
+            if cursor.description is None:
+                raise ValueError("The sql query returns no result set; it must be a SELECT of accounts")
+            columns = [d[0] for d in cursor.description]
+            yield OpenedSource(columns, self._rows(cursor, columns, first))
+        finally:
+            if cursor is not None:
+                cursor.close()
+            _end_read_transaction(conn)
+            conn.close()
+
+    def _rows(self, cursor: Any, columns: list[str], first: Sequence[Any]) -> Iterator[SourceRow]:
+        number = 0
+        chunk = first
+        while chunk:
+            for values in chunk:
+                number += 1
+                yield SourceRow(number, None, dict(zip(columns, values, strict=True)))
+            chunk = cursor.fetchmany(self.fetch_size)
+
+
+def _streaming_cursor(conn: Any) -> Any:
+    """A cursor that keeps the result on the server when the driver supports it."""
+    module = type(conn).__module__
+    name = f"abm_accounts_{uuid.uuid4().hex[:12]}"
+    if module.startswith("psycopg2") or module.startswith("psycopg"):
+        return conn.cursor(name=name)
+    if module.startswith("MySQLdb"):
+        from MySQLdb.cursors import SSCursor  # type: ignore[import-not-found]
+
+        return conn.cursor(SSCursor)
+    if module.startswith("pymysql"):
+        from pymysql.cursors import SSCursor as PyMySQLSSCursor  # type: ignore[import-not-found]
+
+        return conn.cursor(PyMySQLSSCursor)
+    return conn.cursor()
+
+
+def _named(cursor: Any) -> bool:
+    return bool(getattr(cursor, "name", None)) and type(cursor).__module__.startswith("psycopg")
+
+
+def _end_read_transaction(conn: Any) -> None:
+    """Roll back the read-only transaction a server-side cursor needed; nothing was written in it."""
+    rollback = getattr(conn, "rollback", None)
+    if rollback is None:
+        return
+    # A driver with no open transaction may refuse; the connection is closed right after anyway.
+    with suppress(Exception):
+        rollback()
+
+
+def open_file_source(
+    path: str | os.PathLike[str] | ObjectStoragePath,
+    file_format: str | None = None,
+    *,
+    read_batch_size: int = 1000,
+) -> CsvSource | ParquetSource:
+    """Choose the CSV or Parquet reader for ``path``."""
+    storage_path = as_storage_path(path)
+    fmt = detect_file_format(str(storage_path), file_format)
+    if fmt == "csv":
+        return CsvSource(storage_path)
+    return ParquetSource(storage_path, read_batch_size=read_batch_size)
+
+
+AccountSource = IterableSource | CsvSource | ParquetSource | SqlSource
+
+
+# --- rejects -------------------------------------------------------------------------------------
+
+REJECTS_COLUMNS: tuple[str, ...] = ("row_number", "line", "reason", "id", "row")
+
+
+class RejectsWriter(AbstractContextManager["RejectsWriter"]):
+    """Writes rows that were not sent, or that the service did not know, to one CSV file.
+
+    Columns: ``row_number`` (1-based data row in the source), ``line`` (CSV physical line, else
+    empty), ``reason``, ``id`` (as read, for grepping) and ``row`` (the original row as JSON, so
+    nothing of it is lost whatever the source's columns). The file is created on the first reject
+    only, so a clean run leaves nothing behind, and each row is written as it comes: memory does not
+    grow with the number of rejects.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | ObjectStoragePath, id_column: str = "id") -> None:
+        self.path = as_storage_path(path)
+        self.id_column = id_column
+        self.count = 0
+        self._file: Any = None
+        self._writer: Any = None
+
+    @property
+    def written(self) -> bool:
+        """Whether any reject was written (and so the file exists)."""
+        return self.count > 0
+
+    def _open(self) -> None:
+        if _is_local(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("w", encoding="utf-8", newline="")
+        self._writer = csv.writer(self._file, lineterminator="\n")
+        self._writer.writerow(REJECTS_COLUMNS)
+
+    def write(self, reason: str, row: SourceRow | None, data: Any = None) -> None:
+        """Record one reject: ``row`` when it is known, else ``data`` as reported by the service."""
+        if self._writer is None:
+            self._open()
+        payload = row.data if row is not None else data
+        if isinstance(payload, Mapping):
+            raw_id = payload.get(self.id_column, payload.get("id")) if row is not None else payload.get("id")
+        else:
+            raw_id = None
+        self._writer.writerow(
+            (
+                row.row_number if row is not None else "",
+                row.line if row is not None and row.line is not None else "",
+                reason,
+                "" if raw_id is None else str(raw_id),
+                json.dumps(payload, default=str, ensure_ascii=False, separators=(",", ":")),
+            )
+        )
+        self.count += 1
+
+    def close(self) -> None:
+        """Flush and close the file (for object stores this is when the upload completes)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            self._writer = None
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+_UNSAFE_KEY_CHARS = re.compile(r"[^A-Za-z0-9._=-]+")
+
+
+def _safe_key(part: str) -> str:
+    """Make a run id like ``manual__2026-01-01T00:00:00+00:00`` safe as a path segment on any store."""
+    return _UNSAFE_KEY_CHARS.sub("_", part).strip("._") or "_"
+
+
+def default_state_dir() -> str:
+    """Where task outputs go when the DAG does not say: ``[abm] state_dir``, else ``$AIRFLOW_HOME/abm``."""
+    from_env = os.environ.get("AIRFLOW__ABM__STATE_DIR")
+    if from_env:
+        return from_env
+    try:
+        from airflow.sdk.configuration import conf
+
+        configured = conf.get("abm", "state_dir", fallback=None)
+    except Exception:
+        configured = None
+    if configured:
+        return str(configured)
+    home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
+    return os.path.join(home, "abm")
+
+
+def rejects_location(
+    base: str | os.PathLike[str] | ObjectStoragePath | None,
+    *,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    try_number: int,
+    map_index: int = -1,
+) -> ObjectStoragePath:
+    """``<base>/rejects/<dag_id>/<run_id>/<task_id>[.<map_index>]/try_<n>.csv``.
+
+    Keyed by try so a retry never overwrites the evidence of the failed try before it.
+    """
+    root = as_storage_path(base if base is not None else default_state_dir())
+    task_part = _safe_key(task_id) + (f".{map_index}" if map_index is not None and map_index >= 0 else "")
+    return root / "rejects" / _safe_key(dag_id) / _safe_key(run_id) / task_part / f"try_{try_number}.csv"

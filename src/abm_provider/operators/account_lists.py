@@ -1,0 +1,710 @@
+"""Operators for Account Lists v2: folders, lists, and adding or removing accounts at scale.
+
+The API has no get-by-name, answers unknown accounts inside a 200 response, and takes at most 1000
+accounts a request. So the create operators look a name up through the list endpoints before
+creating (re-runs reuse instead of duplicating), and the membership operators stream their source,
+validate every row before it is sent, and write every row that was not sent or that the service did
+not know to a rejects file: nothing disappears silently, and XCom carries only a summary.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from airflow.sdk import BaseOperator, ObjectStoragePath
+from airflow.sdk.exceptions import AirflowFailException
+
+from abm_provider.accounts import (
+    API_FIELDS,
+    DEFAULT_CRM_TYPE,
+    KNOWN_CRM_TYPES,
+    MAX_BATCH_SIZE,
+    REMOVE_FIELDS,
+    AccountSource,
+    AccountValidator,
+    InvalidRow,
+    IterableSource,
+    RejectsWriter,
+    SourceRow,
+    SqlSource,
+    as_storage_path,
+    detect_file_format,
+    iter_batches,
+    normalise_column_map,
+    open_file_source,
+    rejects_location,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from abm_provider.hooks.abm import AbmHook
+    from abm_provider.models import AccountsResult
+
+IfExists = Literal["reuse", "create", "fail"]
+OnLimit = Literal["fail", "warn"]
+_IF_EXISTS = ("reuse", "create", "fail")
+_FOLDER_ACCESS = ("FOLDER_ACCESS_UNSPECIFIED", "PUBLIC", "READ_ONLY")
+
+
+class _AbmOperatorMixin:
+    """Connection and retry settings every operator here passes to :class:`AbmHook` unchanged."""
+
+    abm_conn_id: str
+    max_attempts: int | None
+    max_wait: float | None
+    request_timeout: float | None
+
+    def get_hook(self) -> AbmHook:
+        """A hook with this task's retry policy; the hook owns auth, retries and pagination."""
+        from abm_provider.hooks.abm import AbmHook
+
+        return AbmHook(
+            self.abm_conn_id,
+            max_attempts=self.max_attempts,
+            max_wait=self.max_wait,
+            timeout=self.request_timeout,
+        )
+
+
+def _check_if_exists(if_exists: str) -> None:
+    if if_exists not in _IF_EXISTS:
+        raise ValueError(f"if_exists must be one of {list(_IF_EXISTS)}, got {if_exists!r}")
+
+
+def _outcome_unknown(err: BaseException) -> bool:
+    """Whether a failed create may still have happened (a 5xx or a lost connection after sending).
+
+    Such a create is reconciled by listing again rather than re-posted, which could make a second
+    resource; a 4xx means the service refused it and nothing was created.
+    """
+    import requests
+
+    if isinstance(err, requests.RequestException):
+        return True
+    if not hasattr(err, "http_status"):
+        return False
+    status = err.http_status
+    return status is None or status >= 500
+
+
+def _oldest(items: Sequence[Mapping[str, Any]], *time_keys: str) -> Mapping[str, Any]:
+    """The earliest-created match: it is the one earlier runs have been reusing all along."""
+
+    def created(item: Mapping[str, Any]) -> str:
+        for key in time_keys:
+            value = item.get(key)
+            if value:
+                return str(value)
+        return "\uffff"
+
+    return min(items, key=created)
+
+
+def folder_resource(item: Mapping[str, Any]) -> dict[str, Any]:
+    """A folder in the create-response shape, from either the create or the list-endpoint shape.
+
+    The two endpoints name the same fields differently (``folderId``/``displayName`` against
+    ``uuid``/``name``); downstream tasks should not care which path produced the XCom.
+    """
+    return {
+        "folderId": item.get("folderId") or item.get("uuid") or item.get("id"),
+        "displayName": item.get("displayName") if "displayName" in item else item.get("name"),
+        "folderAccess": item.get("folderAccess"),
+    }
+
+
+def list_resource(item: Mapping[str, Any], folder_id: str | None = None) -> dict[str, Any]:
+    """An account list in the create-response shape (``listId``, ``listName``, ``folderId``)."""
+    name = item.get("listName")
+    if name is None:
+        name = item.get("displayName") if "displayName" in item else item.get("name")
+    return {
+        "listId": item.get("listId") or item.get("id"),
+        "listName": name,
+        "folderId": item.get("folderId") or folder_id,
+    }
+
+
+class CreateAccountListFolderOperator(_AbmOperatorMixin, BaseOperator):
+    """Create an account-list folder, or reuse the one of that name; XCom is the folder resource.
+
+    :param folder_name: folder name (templated). Names need not be unique in the service, so with
+        ``if_exists="reuse"`` (default) a re-run returns the existing folder (the oldest when several
+        share the name) instead of creating another; ``"create"`` always creates; ``"fail"`` fails
+        the task when one exists.
+    :param folder_access: ``PUBLIC`` (default), ``READ_ONLY`` or ``FOLDER_ACCESS_UNSPECIFIED``; used
+        only when creating (an existing folder's access is not changed, a difference is logged).
+    :param abm_conn_id: connection of type ``abm``.
+    :param max_attempts: attempts per request on 429/5xx/connection errors (hook default if None).
+    :param max_wait: longest single back-off wait in seconds (hook default if None).
+    :param request_timeout: per-request timeout in seconds (hook default if None).
+    :return: ``{"folderId", "displayName", "folderAccess"}``.
+    """
+
+    template_fields: Sequence[str] = ("folder_name", "folder_access")
+    ui_color = "#e8f0fe"
+
+    def __init__(
+        self,
+        *,
+        folder_name: str,
+        folder_access: str = "PUBLIC",
+        if_exists: IfExists = "reuse",
+        abm_conn_id: str = "abm_default",
+        max_attempts: int | None = None,
+        max_wait: float | None = None,
+        request_timeout: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        _check_if_exists(if_exists)
+        self.folder_name = folder_name
+        self.folder_access = folder_access
+        self.if_exists = if_exists
+        self.abm_conn_id = abm_conn_id
+        self.max_attempts = max_attempts
+        self.max_wait = max_wait
+        self.request_timeout = request_timeout
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Find by name through the folder listing, then create only if the policy says so."""
+        if not self.folder_name or not str(self.folder_name).strip():
+            raise AirflowFailException("folder_name is empty")
+        if self.folder_access not in _FOLDER_ACCESS:
+            raise AirflowFailException(
+                f"folder_access must be one of {list(_FOLDER_ACCESS)}, got {self.folder_access!r}"
+            )
+        hook = self.get_hook()
+        matches = [f for f in hook.iter_folders() if f.get("name") == self.folder_name]
+        if matches and self.if_exists == "fail":
+            ids = [folder_resource(m)["folderId"] for m in matches]
+            raise AirflowFailException(
+                f"Folder {self.folder_name!r} already exists: {ids} (if_exists='fail')"
+            )
+        if matches and self.if_exists == "reuse":
+            chosen = folder_resource(_oldest(matches, "createdMomentUtc", "createTime"))
+            if len(matches) > 1:
+                self.log.warning(
+                    "%d folders are named %r; reusing the oldest, %s",
+                    len(matches),
+                    self.folder_name,
+                    chosen["folderId"],
+                )
+            if chosen["folderAccess"] and chosen["folderAccess"] != self.folder_access:
+                self.log.info(
+                    "Existing folder %s has access %s, not %s; its access is left unchanged",
+                    chosen["folderId"],
+                    chosen["folderAccess"],
+                    self.folder_access,
+                )
+            self.log.info("Reusing folder %r: %s", self.folder_name, chosen["folderId"])
+            return chosen
+        known = {folder_resource(m)["folderId"] for m in matches}
+        try:
+            created = hook.create_folder(self.folder_name, self.folder_access)
+        except Exception as err:
+            if not _outcome_unknown(err):
+                raise
+            late = [
+                f
+                for f in hook.iter_folders()
+                if f.get("name") == self.folder_name and folder_resource(f)["folderId"] not in known
+            ]
+            if len(late) != 1:
+                raise
+            self.log.warning("Creating folder failed (%s) but it was created; using it", err)
+            created = late[0]
+        resource = folder_resource(created)
+        self.log.info("Created folder %r: %s", self.folder_name, resource["folderId"])
+        return resource
+
+
+class CreateAccountListOperator(_AbmOperatorMixin, BaseOperator):
+    """Create an account list in a folder, or reuse the list of that name there; XCom is the list.
+
+    :param list_name: list name (templated); matched exactly, within ``folder_id`` only.
+    :param folder_id: folder to create the list in (templated; typically
+        ``create_folder.output["folderId"]``).
+    :param if_exists: ``"reuse"`` (default), ``"create"`` or ``"fail"``, as for the folder operator.
+    :param abm_conn_id: connection of type ``abm``.
+    :param max_attempts: attempts per request on 429/5xx/connection errors (hook default if None).
+    :param max_wait: longest single back-off wait in seconds (hook default if None).
+    :param request_timeout: per-request timeout in seconds (hook default if None).
+    :return: ``{"listId", "listName", "folderId"}``.
+    """
+
+    template_fields: Sequence[str] = ("list_name", "folder_id")
+    ui_color = "#e8f0fe"
+
+    def __init__(
+        self,
+        *,
+        list_name: str,
+        folder_id: str,
+        if_exists: IfExists = "reuse",
+        abm_conn_id: str = "abm_default",
+        max_attempts: int | None = None,
+        max_wait: float | None = None,
+        request_timeout: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        _check_if_exists(if_exists)
+        self.list_name = list_name
+        self.folder_id = folder_id
+        self.if_exists = if_exists
+        self.abm_conn_id = abm_conn_id
+        self.max_attempts = max_attempts
+        self.max_wait = max_wait
+        self.request_timeout = request_timeout
+
+    def _matches(self, hook: AbmHook) -> list[dict[str, Any]]:
+        return [
+            item
+            for item in hook.iter_account_lists(folder_ids=[self.folder_id])
+            if list_resource(item)["listName"] == self.list_name
+            and (item.get("folderId") in (None, self.folder_id))
+        ]
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Find by name among the folder's lists, then create only if the policy says so."""
+        if not self.list_name or not str(self.list_name).strip():
+            raise AirflowFailException("list_name is empty")
+        if not self.folder_id:
+            raise AirflowFailException("folder_id is empty")
+        hook = self.get_hook()
+        matches = self._matches(hook)
+        if matches and self.if_exists == "fail":
+            ids = [list_resource(m)["listId"] for m in matches]
+            raise AirflowFailException(
+                f"List {self.list_name!r} already exists in folder {self.folder_id}: {ids} (if_exists='fail')"
+            )
+        if matches and self.if_exists == "reuse":
+            chosen = list_resource(_oldest(matches, "createTime", "createdMomentUtc"), self.folder_id)
+            if len(matches) > 1:
+                self.log.warning(
+                    "%d lists in folder %s are named %r; reusing the oldest, %s",
+                    len(matches),
+                    self.folder_id,
+                    self.list_name,
+                    chosen["listId"],
+                )
+            self.log.info("Reusing list %r: %s", self.list_name, chosen["listId"])
+            return chosen
+        known = {list_resource(m)["listId"] for m in matches}
+        try:
+            created = hook.create_account_list(self.list_name, self.folder_id)
+        except Exception as err:
+            if not _outcome_unknown(err):
+                raise
+            late = [m for m in self._matches(hook) if list_resource(m)["listId"] not in known]
+            if len(late) != 1:
+                raise
+            self.log.warning("Creating list failed (%s) but it was created; using it", err)
+            created = late[0]
+        resource = list_resource(created, self.folder_id)
+        self.log.info("Created list %r in folder %s: %s", self.list_name, self.folder_id, resource["listId"])
+        return resource
+
+
+class _Progress:
+    """Logs rows, batches and rate at most every ``interval`` seconds, so long runs show life."""
+
+    def __init__(self, log: Any, action: str, interval: float) -> None:
+        self.log = log
+        self.action = action
+        self.interval = interval
+        self.started = time.monotonic()
+        self._last = self.started
+
+    def elapsed(self) -> float:
+        """Seconds since the transfer started."""
+        return time.monotonic() - self.started
+
+    def maybe_log(self, stats: Mapping[str, int]) -> None:
+        """Log if the interval has passed since the last line."""
+        now = time.monotonic()
+        if now - self._last < self.interval:
+            return
+        self._last = now
+        self.log_now(stats)
+
+    def log_now(self, stats: Mapping[str, int]) -> None:
+        """Log one progress line."""
+        elapsed = max(self.elapsed(), 1e-9)
+        self.log.info(
+            "%s: %d rows read, %d accounts sent in %d batches, %d invalid, %d not found; %.0f rows/s",
+            self.action,
+            stats["rows"],
+            stats["sent"],
+            stats["batches"],
+            stats["rejected"],
+            stats["not_found"],
+            stats["rows"] / elapsed,
+        )
+
+
+class _ListMembershipOperator(_AbmOperatorMixin, BaseOperator):
+    """Shared streaming, validation, rejects and summary logic of the add and remove operators."""
+
+    template_fields: Sequence[str] = (
+        "list_id",
+        "accounts_path",
+        "file_format",
+        "sql",
+        "sql_conn_id",
+        "parameters",
+        "column_map",
+        "rejects_path",
+        "rejects_base",
+    )
+    template_ext: Sequence[str] = (".sql",)
+    template_fields_renderers: ClassVar[dict[str, str]] = {
+        "sql": "sql",
+        "parameters": "json",
+        "column_map": "json",
+    }
+    ui_color = "#fce8e6"
+
+    #: Verb used in logs and messages.
+    action: ClassVar[str] = ""
+    #: Fields sent to the API for each account.
+    api_fields: ClassVar[tuple[str, ...]] = API_FIELDS
+    #: Counters returned in the XCom summary, in order.
+    summary_keys: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self,
+        *,
+        list_id: str,
+        accounts: Iterable[Mapping[str, Any]] | Any | None = None,
+        accounts_path: str | ObjectStoragePath | None = None,
+        file_format: str | None = None,
+        sql: str | None = None,
+        sql_conn_id: str | None = None,
+        parameters: Mapping[str, Any] | Sequence[Any] | None = None,
+        sql_hook_params: Mapping[str, Any] | None = None,
+        column_map: Mapping[str, str] | None = None,
+        default_crm_type: str = DEFAULT_CRM_TYPE,
+        batch_size: int = MAX_BATCH_SIZE,
+        max_rejected: int | None = 0,
+        max_rejected_fraction: float | None = None,
+        max_not_found: int | None = None,
+        on_limit: OnLimit = "fail",
+        rejects_path: str | ObjectStoragePath | None = None,
+        rejects_base: str | ObjectStoragePath | None = None,
+        progress_interval: float = 5.0,
+        abm_conn_id: str = "abm_default",
+        max_attempts: int | None = None,
+        max_wait: float | None = None,
+        request_timeout: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        given = [
+            name
+            for name, value in (("accounts", accounts), ("accounts_path", accounts_path), ("sql", sql))
+            if value is not None
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                f"{type(self).__name__} needs exactly one of accounts, accounts_path or sql "
+                f"(with sql_conn_id); got {given or 'none'}"
+            )
+        if sql is not None and not sql_conn_id:
+            raise ValueError("sql needs sql_conn_id (any common-sql connection)")
+        if sql is None and sql_conn_id is not None:
+            raise ValueError("sql_conn_id is only used with sql")
+        if parameters is not None and sql is None:
+            raise ValueError("parameters are only used with sql")
+        if file_format is not None and accounts_path is None:
+            raise ValueError("file_format is only used with accounts_path")
+        if accounts is not None and isinstance(accounts, (str, bytes, Mapping)):
+            raise ValueError(
+                "accounts must be an iterable of account mappings or an XComArg, "
+                f"not a {type(accounts).__name__}"
+            )
+        if not 1 <= batch_size <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch_size must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
+        if max_rejected is not None and max_rejected < 0:
+            raise ValueError("max_rejected must be >= 0 or None")
+        if max_rejected_fraction is not None and not 0.0 <= max_rejected_fraction <= 1.0:
+            raise ValueError("max_rejected_fraction must be between 0 and 1, or None")
+        if max_not_found is not None and max_not_found < 0:
+            raise ValueError("max_not_found must be >= 0 or None")
+        if on_limit not in ("fail", "warn"):
+            raise ValueError(f"on_limit must be 'fail' or 'warn', got {on_limit!r}")
+        if default_crm_type not in KNOWN_CRM_TYPES:
+            raise ValueError(f"default_crm_type must be one of {sorted(KNOWN_CRM_TYPES)}")
+        if rejects_path is not None and rejects_base is not None:
+            raise ValueError("give rejects_path (a file) or rejects_base (a folder), not both")
+        if progress_interval <= 0:
+            raise ValueError("progress_interval must be positive")
+        if column_map is not None and isinstance(column_map, Mapping):
+            normalise_column_map(column_map)
+        if accounts_path is not None and file_format is None and "{{" not in str(accounts_path):
+            detect_file_format(str(accounts_path))
+        self.list_id = list_id
+        self.accounts = accounts
+        self.accounts_path = accounts_path
+        self.file_format = file_format
+        self.sql = sql
+        self.sql_conn_id = sql_conn_id
+        self.parameters = parameters
+        self.sql_hook_params = sql_hook_params
+        self.column_map = column_map
+        self.default_crm_type = default_crm_type
+        self.batch_size = batch_size
+        self.max_rejected = max_rejected
+        self.max_rejected_fraction = max_rejected_fraction
+        self.max_not_found = max_not_found
+        self.on_limit = on_limit
+        self.rejects_path = rejects_path
+        self.rejects_base = rejects_base
+        self.progress_interval = progress_interval
+        self.abm_conn_id = abm_conn_id
+        self.max_attempts = max_attempts
+        self.max_wait = max_wait
+        self.request_timeout = request_timeout
+        # accounts is deliberately not a template field: rendering would run every account name
+        # through Jinja (slow, and a name containing "{{" would be altered) and copy the whole list.
+        # An XComArg still becomes an upstream dependency and is resolved in execute.
+        if _is_xcom_arg(accounts):
+            from airflow.sdk.definitions.xcom_arg import XComArg
+
+            XComArg.apply_upstream_relationship(self, accounts)
+
+    def _send(self, hook: AbmHook, accounts: list[dict[str, str]]) -> AccountsResult:
+        """One request's worth of accounts; the hook splits further only if given more than a batch."""
+        call = hook.add_accounts if self.action == "add" else hook.remove_accounts
+        return call(self.list_id, accounts, batch_size=self.batch_size, keep_not_found=True)
+
+    # -- shared ----------------------------------------------------------------------------------
+
+    def build_source(self, context: Context) -> AccountSource:
+        """The one configured source, with XComArg resolved and paths already rendered."""
+        if self.accounts is not None:
+            accounts: Any = self.accounts
+            if _is_xcom_arg(accounts):
+                accounts = accounts.resolve(context)
+            if accounts is None:
+                raise AirflowFailException("accounts resolved to None (the upstream XCom is empty)")
+            if isinstance(accounts, (str, bytes, Mapping)) or not isinstance(accounts, Iterable):
+                raise AirflowFailException(
+                    f"accounts must be an iterable of account mappings, got {type(accounts).__name__}"
+                )
+            return IterableSource(accounts)
+        if self.accounts_path is not None:
+            return open_file_source(self.accounts_path, self.file_format, read_batch_size=self.batch_size)
+        assert self.sql is not None and self.sql_conn_id is not None
+        return SqlSource(
+            self.sql,
+            self.sql_conn_id,
+            parameters=self.parameters,
+            hook_params=self.sql_hook_params,
+            fetch_size=self.batch_size,
+        )
+
+    def rejects_target(self, context: Context) -> ObjectStoragePath:
+        """The rejects file: ``rejects_path`` as given, else keyed by dag/run/task/try under a base."""
+        if self.rejects_path is not None:
+            return as_storage_path(self.rejects_path)
+        ti: Any = context.get("ti") or context.get("task_instance")
+        return rejects_location(
+            self.rejects_base,
+            dag_id=getattr(ti, "dag_id", None) or self.dag_id,
+            run_id=context.get("run_id") or getattr(ti, "run_id", None) or "manual",
+            task_id=getattr(ti, "task_id", None) or self.task_id,
+            try_number=getattr(ti, "try_number", None) or 1,
+            map_index=getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1,
+        )
+
+    def _limit(self, message: str) -> None:
+        if self.on_limit == "fail":
+            raise AirflowFailException(message)
+        self.log.warning("%s (on_limit='warn': continuing)", message)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Stream, validate, batch and send; write rejects as they appear; return a summary."""
+        if not self.list_id:
+            raise AirflowFailException("list_id is empty")
+        validator = AccountValidator(
+            self.column_map, fields=self.api_fields, default_crm_type=self.default_crm_type
+        )
+        source = self.build_source(context)
+        target = self.rejects_target(context)
+        hook = self.get_hook()
+        totals = {"rows": 0, "sent": 0, "added": 0, "duplicates": 0, "not_found": 0, "batches": 0}
+        totals["rejected"] = 0
+        examples: list[str] = []
+        warned_count = False
+        progress = _Progress(self.log, f"{self.action} list {self.list_id}", self.progress_interval)
+        self.log.info(
+            "%s accounts %s list %s from %s; rejects go to %s",
+            self.action.capitalize(),
+            "to" if self.action == "add" else "from",
+            self.list_id,
+            source.description,
+            target,
+        )
+
+        with RejectsWriter(target, id_column=validator.id_column) as rejects:
+
+            def on_invalid(invalid: InvalidRow) -> None:
+                nonlocal warned_count
+                totals["rejected"] += 1
+                rejects.write(invalid.reason, invalid.row)
+                if len(examples) < 5:
+                    examples.append(f"row {invalid.row.row_number}: {invalid.reason}")
+                if (
+                    self.max_rejected is not None
+                    and totals["rejected"] > self.max_rejected
+                    and not warned_count
+                ):
+                    warned_count = True
+                    self._limit(
+                        f"More than max_rejected={self.max_rejected} invalid rows "
+                        f"({totals['rejected']} by row {invalid.row.row_number}); e.g. {examples}; "
+                        f"rejects in {target}"
+                    )
+
+            def counted(rows: Iterable[SourceRow]) -> Iterable[SourceRow]:
+                for row in rows:
+                    totals["rows"] += 1
+                    yield row
+
+            with source.open() as opened:
+                if opened.columns is not None:
+                    missing = validator.missing_columns(opened.columns)
+                    if missing:
+                        raise AirflowFailException(
+                            f"The {source.description} has no column {missing} (columns: {opened.columns}); "
+                            f"set column_map, e.g. column_map={{'id': '<your id column>'}}"
+                        )
+                for batch in iter_batches(counted(opened.rows), validator, self.batch_size, on_invalid):
+                    result = self._send(hook, [account for account, _ in batch])
+                    totals["batches"] += 1
+                    totals["sent"] += result.sent
+                    totals["added"] += result.added
+                    totals["duplicates"] += result.duplicates
+                    totals["not_found"] += result.not_found_count
+                    if result.not_found:
+                        _write_not_found(rejects, batch, result.not_found)
+                    progress.maybe_log(totals)
+
+        progress.log_now(totals)
+        rejects_path = str(target) if rejects.written else None
+        totals["removed"] = totals["added"]
+        summary: dict[str, Any] = {"list_id": self.list_id, **{k: totals[k] for k in self.summary_keys}}
+        summary["rejects_path"] = rejects_path
+        elapsed = progress.elapsed()
+        self.log.info(
+            "%s done in %.1fs (%.0f accounts/s): %s",
+            self.action.capitalize(),
+            elapsed,
+            totals["sent"] / max(elapsed, 1e-9),
+            summary,
+        )
+        if totals["rejected"] or totals["not_found"]:
+            self.log.warning(
+                "%d invalid rows and %d not-found accounts written to %s",
+                totals["rejected"],
+                totals["not_found"],
+                rejects_path,
+            )
+        if (
+            self.max_rejected_fraction is not None
+            and totals["rows"]
+            and totals["rejected"] / totals["rows"] > self.max_rejected_fraction
+        ):
+            self._limit(
+                f"{totals['rejected']} of {totals['rows']} rows invalid, over "
+                f"max_rejected_fraction={self.max_rejected_fraction}; e.g. {examples}; "
+                f"rejects in {rejects_path}"
+            )
+        if self.max_not_found is not None and totals["not_found"] > self.max_not_found:
+            self._limit(
+                f"{totals['not_found']} accounts not found by the service, over "
+                f"max_not_found={self.max_not_found}; they are listed in {rejects_path}"
+            )
+        return summary
+
+
+def _is_xcom_arg(value: Any) -> bool:
+    from airflow.sdk.definitions._internal.mixins import ResolveMixin
+
+    return isinstance(value, ResolveMixin)
+
+
+def _write_not_found(
+    rejects: RejectsWriter,
+    batch: list[tuple[dict[str, str], SourceRow]],
+    not_found: Sequence[Mapping[str, Any]],
+) -> None:
+    """Write each account the service did not know with the source row it came from.
+
+    The service echoes accounts, not row numbers, so they are matched back by id within the batch
+    (bounded by the batch size); an id that cannot be matched is still written, from the response.
+    """
+    by_id: dict[str, list[SourceRow]] = {}
+    for account, row in batch:
+        by_id.setdefault(account["id"], []).append(row)
+    reason = "not found: the service does not know this account (accountsNotFound)"
+    for item in not_found:
+        rows = by_id.get(str(item.get("id", "")))
+        if rows:
+            rejects.write(reason, rows.pop(0))
+        else:
+            rejects.write(reason, None, dict(item))
+
+
+class AddAccountsToListOperator(_ListMembershipOperator):
+    """Add accounts to a list from an iterable/XCom, a CSV or Parquet file, or a SQL query.
+
+    Exactly one source: ``accounts`` (an iterable of mappings or an ``XComArg``), ``accounts_path``
+    (``.csv`` or ``.parquet``, optionally compressed, local or any ``ObjectStoragePath`` such as
+    ``s3://``), or ``sql`` with ``sql_conn_id`` (any common-sql connection; ``.sql`` files are
+    templates). The source is streamed in batches of at most ``batch_size`` (max 1000), so memory
+    stays flat whatever its size.
+
+    Each row is validated before it is sent (id present, a string, no whitespace, within
+    ``DEFAULT_MAX_FIELD_LENGTH``; name/crmOrgId strings; crmType known, default ``SALESFORCE``).
+    Invalid rows and accounts the service reports as not found are written with a reason to a CSV
+    rejects file: ``rejects_path`` if given, else
+    ``<rejects_base or [abm] state_dir>/rejects/<dag_id>/<run_id>/<task_id>/try_<n>.csv``.
+
+    :param list_id: list to add to (templated; typically ``create_list.output["listId"]``).
+    :param column_map: ``{api_field: source_column}`` for ``id``, ``name``, ``crmOrgId``, ``crmType``.
+    :param max_rejected: invalid rows tolerated (default 0); the task fails as soon as there are
+        more (or only warns, with ``on_limit="warn"``). ``None``: no count limit.
+    :param max_rejected_fraction: invalid share of all rows tolerated, checked at the end.
+    :param max_not_found: not-found accounts tolerated (default ``None``: no limit), checked at the end.
+    :param on_limit: ``"fail"`` (default) or ``"warn"`` when a limit above is passed.
+    :param progress_interval: seconds between progress log lines.
+    :return: ``{"list_id", "rows", "sent", "added", "duplicates", "not_found", "rejected",
+        "batches", "rejects_path"}``; ``rejected`` counts invalid rows, ``rejects_path`` is ``None``
+        when nothing was written.
+    """
+
+    action = "add"
+    api_fields = API_FIELDS
+
+    summary_keys = ("rows", "sent", "added", "duplicates", "not_found", "rejected", "batches")
+
+
+class RemoveAccountsFromListOperator(_ListMembershipOperator):
+    """Remove accounts from a list; same sources, validation, rejects and limits as the add operator.
+
+    Only ``id``, ``crmOrgId`` and ``crmType`` are sent (the remove request takes no name).
+
+    :return: ``{"list_id", "rows", "sent", "removed", "not_found", "rejected", "batches",
+        "rejects_path"}``; ``removed`` counts accounts the service reports as removed.
+    """
+
+    action = "remove"
+    api_fields = REMOVE_FIELDS
+
+    summary_keys = ("rows", "sent", "removed", "not_found", "rejected", "batches")

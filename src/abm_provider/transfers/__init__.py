@@ -1,0 +1,1 @@
+"""Transfers: moving a downloaded export into a SQL warehouse."""

@@ -1,0 +1,339 @@
+"""Load a downloaded export CSV into any common-sql warehouse, replacing restated days atomically.
+
+The export re-sends recent days with corrected figures, so a plain append would duplicate rows and
+a truncate-and-reload would lose history. This operator stages the file with the warehouse's own
+bulk path (DuckDB ``read_csv``, PostgreSQL ``COPY``, or chunked ``executemany`` elsewhere), then
+in one transaction deletes the rows whose natural key the file holds, inserts the file's rows and
+records the load in a ledger. Re-running an execution is a logged no-op, a killed load leaves the
+table as it was, and bad rows go to a rejects file instead of disappearing. See
+:mod:`abm_provider.warehouse` for the per-warehouse details.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import Asset, BaseHook, BaseOperator, ObjectStoragePath
+from airflow.sdk.exceptions import AirflowFailException
+
+from abm_provider.warehouse import LoadRequest, Method, SchemaMismatch, TooManyRejects, loader_for
+from abm_provider.warehouse.ledger import DEFAULT_LEDGER_TABLE
+from abm_provider.warehouse.records import read_header
+from abm_provider.warehouse.rejects import default_rejects_path
+from abm_provider.warehouse.schema import TableName, check_identifier, export_schema
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+_ON_SCHEMA_CHANGE = ("fail", "add_columns")
+_LOCAL_PROTOCOLS = ("", "file", "local")
+
+
+def warehouse_asset(sql_conn_id: str, table: str) -> Asset:
+    """The Asset a load into ``table`` over ``sql_conn_id`` updates; DAGs can schedule on the same one."""
+    return Asset(name=f"abm_warehouse/{sql_conn_id}/{table}", uri=f"abm-warehouse://{sql_conn_id}/{table}")
+
+
+def _templated(value: object) -> bool:
+    return isinstance(value, str) and "{{" in value
+
+
+class ExecutionCsvToSqlOperator(BaseOperator):
+    """
+    Load one export execution's CSV into ``table`` over a common-sql connection.
+
+    :param source: the download operator's XCom (a dict with ``path``, and usually ``sha256``,
+        ``bytes``, ``execution_id``, ``export_type``), or a path string / ``ObjectStoragePath``.
+        A remote ``ObjectStoragePath`` is first copied to a local temporary file in chunks.
+    :param sql_conn_id: any connection whose hook is a common-sql ``DbApiHook``.
+    :param table: target table, ``table`` or ``schema.table``; created when missing.
+    :param export_type: ``TACTIC_PERFORMANCE`` or ``DISPLAY_TACTIC_ACCOUNT_PERFORMANCE``; taken
+        from the source dict when not given. Decides typed columns and the natural key.
+    :param key_columns: natural key override (list, or comma-separated string).
+    :param execution_id: lineage id when ``source`` is a bare path (the dict's wins otherwise).
+    :param force: load again even when the ledger already has this execution and file.
+    :param on_schema_change: ``"fail"`` (default) or ``"add_columns"`` (unknown file columns are
+        added to the table; a column missing from the file always fails).
+    :param max_rejected: an int is a count of rejected records tolerated, a float in [0, 1) a
+        fraction of all records; past it the load fails and nothing is loaded. Default 0.
+    :param rejects_path: where rejected records go (default ``<source>.rejects.csv``).
+    :param ledger_table: name of the ledger table, in the target's schema.
+    :param method: ``"auto"`` (the warehouse's bulk path when known), ``"native"`` (fail when
+        there is none) or ``"generic"`` (chunked ``executemany`` everywhere).
+    :param duckdb_memory_limit: / ``duckdb_threads``: applied unless the connection sets them.
+    :param chunk_rows: rows per ``executemany`` on the generic path.
+    :param hook_params: extra keyword arguments for the connection's hook.
+    """
+
+    template_fields: Sequence[str] = (
+        "source",
+        "sql_conn_id",
+        "table",
+        "export_type",
+        "key_columns",
+        "execution_id",
+        "rejects_path",
+        "ledger_table",
+    )
+    ui_color = "#d7e8f5"
+
+    def __init__(
+        self,
+        *,
+        source: Any,
+        sql_conn_id: str,
+        table: str,
+        export_type: str | None = None,
+        key_columns: Sequence[str] | str | None = None,
+        execution_id: str | None = None,
+        force: bool = False,
+        on_schema_change: str = "fail",
+        max_rejected: int | float = 0,
+        rejects_path: str | None = None,
+        ledger_table: str = DEFAULT_LEDGER_TABLE,
+        method: Method = "auto",
+        duckdb_memory_limit: str | None = "1GB",
+        duckdb_threads: int | None = None,
+        chunk_rows: int = 10_000,
+        hook_params: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if on_schema_change not in _ON_SCHEMA_CHANGE:
+            raise ValueError(f"on_schema_change must be one of {_ON_SCHEMA_CHANGE}, got {on_schema_change!r}")
+        if method not in ("auto", "native", "generic"):
+            raise ValueError(f"method must be 'auto', 'native' or 'generic', got {method!r}")
+        if isinstance(max_rejected, bool) or not isinstance(max_rejected, int | float):
+            raise ValueError(
+                f"max_rejected must be an int (count) or a float (fraction), got {max_rejected!r}"
+            )
+        if isinstance(max_rejected, float) and not 0.0 <= max_rejected < 1.0:
+            raise ValueError(f"max_rejected as a fraction must be in [0, 1), got {max_rejected}")
+        if isinstance(max_rejected, int) and max_rejected < 0:
+            raise ValueError(f"max_rejected must not be negative, got {max_rejected}")
+        if chunk_rows < 1:
+            raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
+        if export_type is not None and not _templated(export_type):
+            export_schema(export_type)
+        if not _templated(table):
+            TableName.parse(table)
+        if "outlets" not in kwargs and not _templated(table) and not _templated(sql_conn_id):
+            kwargs["outlets"] = [warehouse_asset(sql_conn_id, table)]
+        super().__init__(**kwargs)
+        self.source = source
+        self.sql_conn_id = sql_conn_id
+        self.table = table
+        self.export_type = export_type
+        self.key_columns = key_columns
+        self.execution_id = execution_id
+        self.force = force
+        self.on_schema_change = on_schema_change
+        self.max_rejected = max_rejected
+        self.rejects_path = rejects_path
+        self.ledger_table = ledger_table
+        self.method: Method = method
+        self.duckdb_memory_limit = duckdb_memory_limit
+        self.duckdb_threads = duckdb_threads
+        self.chunk_rows = chunk_rows
+        self.hook_params = dict(hook_params or {})
+        self._lineage: dict[str, Any] | None = None
+
+    # ---- execution ------------------------------------------------------------------------------
+
+    def get_db_hook(self) -> Any:
+        """The connection's own hook (DuckDBHook, PostgresHook, ...), as common-sql operators resolve it."""
+        connection = BaseHook.get_connection(self.sql_conn_id)
+        return connection.get_hook(hook_params=self.hook_params)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        meta = self._source_meta()
+        local, cleanup = self._local_copy(meta["path"])
+        try:
+            return self._load(local, meta)
+        finally:
+            if cleanup is not None:
+                cleanup.unlink(missing_ok=True)
+
+    def _load(self, path: Path, meta: dict[str, Any]) -> dict[str, Any]:
+        export_type = self.export_type or meta.get("export_type")
+        if not export_type:
+            raise AirflowFailException(
+                "export_type is not set and the source does not carry one; pass export_type="
+            )
+        schema = export_schema(str(export_type))
+        keys = self._key_columns(schema.natural_key)
+        table = TableName.parse(self.table)
+        size = path.stat().st_size
+        sha256 = meta.get("sha256") or _sha256(path)
+        execution_id = meta.get("execution_id") or self.execution_id
+        rejects = Path(self.rejects_path) if self.rejects_path else default_rejects_path(path)
+        request = LoadRequest(
+            path=path,
+            source=str(meta["path"]),
+            table=table,
+            export=schema,
+            key_columns=keys,
+            execution_id=str(execution_id) if execution_id is not None else None,
+            sha256=str(sha256),
+            size=size,
+            rejects_path=rejects,
+            ledger=table.sibling(self.ledger_table),
+            force=self.force,
+            on_schema_change="add_columns" if self.on_schema_change == "add_columns" else "fail",
+            max_rejected=self.max_rejected,
+        )
+        hook = self.get_db_hook()
+        loader = loader_for(
+            hook,
+            method=self.method,
+            duckdb_memory_limit=self.duckdb_memory_limit,
+            duckdb_threads=self.duckdb_threads,
+            chunk_rows=self.chunk_rows,
+            log=self.log,
+        )
+        self.log.info(
+            "Loading %s (%.1f MB, execution %s, %s) into %s via %s",
+            path,
+            size / (1 << 20),
+            request.execution_id,
+            schema.export_type,
+            table,
+            loader.method,
+        )
+        try:
+            result = loader.load(request, read_header(path))
+        except (SchemaMismatch, TooManyRejects) as exc:
+            # Bad data or a schema change: retrying the same file cannot succeed.
+            raise AirflowFailException(str(exc)) from exc
+        if result.skipped:
+            self.log.info("Skipped: execution %s was already loaded into %s", result.execution_id, table)
+        else:
+            self.log.info(
+                "Loaded %d rows into %s (%d replaced, %d rejected%s) in %.1f s (%.1f MB/s)",
+                result.rows_loaded,
+                table,
+                result.rows_deleted,
+                result.rows_rejected,
+                f", see {result.rejects_path}" if result.rejects_path else "",
+                result.seconds,
+                size / (1 << 20) / max(result.seconds, 1e-6),
+            )
+        self._lineage = {"hook": hook, "path": str(path), "table": table, "schema": schema, "result": result}
+        return result.to_xcom()
+
+    # ---- inputs ---------------------------------------------------------------------------------
+
+    def _source_meta(self) -> dict[str, Any]:
+        source = self.source
+        if isinstance(source, str) and source.lstrip().startswith("{"):
+            source = json.loads(source)  # a dict XCom rendered through a non-native Jinja template
+        if isinstance(source, Mapping):
+            path = source.get("path") or source.get("uri")
+            if not path:
+                raise AirflowFailException(f"source dict has no 'path': keys are {sorted(source)}")
+            return {
+                "path": path,
+                "sha256": source.get("sha256"),
+                "execution_id": source.get("execution_id") or source.get("executionId"),
+                "export_type": source.get("export_type") or source.get("exportType") or source.get("type"),
+            }
+        if isinstance(source, str | os.PathLike):
+            return {"path": source}
+        raise AirflowFailException(
+            f"source must be a dict, a path or an ObjectStoragePath, got {type(source)}"
+        )
+
+    def _local_copy(self, location: Any) -> tuple[Path, Path | None]:
+        """A local path for the databases to read; remote objects are copied down in chunks first."""
+        if isinstance(location, Path):
+            return location, None
+        storage = location if isinstance(location, ObjectStoragePath) else ObjectStoragePath(str(location))
+        if storage.protocol in _LOCAL_PROTOCOLS:
+            path = Path(storage.path)
+            if not path.is_file():
+                raise AirflowFailException(f"source file {path} does not exist")
+            return path, None
+        handle, name = tempfile.mkstemp(prefix="abm-load-", suffix=".csv")
+        with os.fdopen(handle, "wb") as out, storage.open("rb") as src:
+            shutil.copyfileobj(src, out, 8 << 20)
+        self.log.info("Copied %s to %s for loading", storage, name)
+        return Path(name), Path(name)
+
+    def _key_columns(self, default: tuple[str, ...]) -> tuple[str, ...]:
+        keys = self.key_columns
+        if keys is None:
+            return default
+        names = [k.strip() for k in keys.split(",")] if isinstance(keys, str) else [str(k) for k in keys]
+        if not names:
+            raise AirflowFailException("key_columns is empty; omit it to use the export type's natural key")
+        return tuple(check_identifier(n, "key column") for n in names)
+
+    # ---- lineage --------------------------------------------------------------------------------
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Input: the CSV file; output: the table, with its schema and the rows written by this load."""
+        if self._lineage is None:
+            return None
+        try:
+            from airflow.providers.openlineage.extractors import OperatorLineage
+            from openlineage.client.event_v2 import Dataset, OutputDataset
+            from openlineage.client.facet_v2 import output_statistics_output_dataset, schema_dataset
+        except ImportError:
+            return None
+        info = self._lineage
+        table: TableName = info["table"]
+        namespace, name = _ol_table(info["hook"], table)
+        fields = [
+            schema_dataset.SchemaDatasetFacetFields(name=column, type=kind.sql_type)
+            for column, kind in info["schema"].columns
+        ]
+        result = info["result"]
+        output = OutputDataset(
+            namespace=namespace,
+            name=name,
+            facets={"schema": schema_dataset.SchemaDatasetFacet(fields=fields)},
+            outputFacets={
+                "outputStatistics": output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
+                    rowCount=result.rows_loaded, size=result.bytes
+                )
+            },
+        )
+        return OperatorLineage(inputs=[Dataset(namespace="file", name=info["path"])], outputs=[output])
+
+
+def _ol_table(hook: Any, table: TableName) -> tuple[str, str]:
+    """OpenLineage namespace and name of the table, from the hook's own database info when it has any."""
+    connection = None
+    with suppress(Exception):
+        connection = hook.get_connection(hook.get_conn_id())
+    info = None
+    with suppress(Exception):
+        info = hook.get_openlineage_database_info(connection) if connection is not None else None
+    schema = table.schema
+    if schema is None:
+        with suppress(Exception):
+            schema = hook.get_openlineage_default_schema()
+    if info is not None:
+        parts = [p for p in (info.database, schema or "public", table.name) if p]
+        return f"{info.scheme}://{info.authority}", ".".join(parts)
+    conn_type = str(getattr(hook, "conn_type", "") or "sql")
+    if conn_type == "duckdb":
+        with suppress(Exception):
+            return f"duckdb://{hook.get_database()}", f"{schema or 'main'}.{table.name}"
+    host = getattr(connection, "host", None) or getattr(hook, "get_conn_id", lambda: "default")()
+    return f"{conn_type}://{host}", f"{schema}.{table.name}" if schema else table.name
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(8 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()

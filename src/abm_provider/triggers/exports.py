@@ -1,0 +1,348 @@
+"""Waiting for an export execution in the triggerer, and the rule that decides which execution wins.
+
+The sensor (poke and reschedule modes) and the trigger (deferrable mode) must agree on when the wait
+is over, so the decision lives in one place, :class:`ExecutionSelector`, which both feed with
+executions newest first. It is a small state machine rather than a function over a list so the
+trigger can feed it from an async page iterator and both can stop reading pages as soon as the answer
+is known.
+
+The trigger serializes primitives only (connection id, type, cut-off, poll interval, deadline): the
+API key stays in the connection, which the async hook resolves in the triggerer. It carries its own
+deadline because a deferred task otherwise loses the sensor's ``timeout`` (apache/airflow#61467).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Literal
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+if TYPE_CHECKING:
+    from abm_provider.hooks.abm import AbmAsyncHook
+
+#: States of an execution that has not finished; anything else unknown is treated the same way, so a
+#: new state the service adds makes the sensor wait (bounded by its timeout) rather than succeed.
+IN_PROGRESS_STATES = frozenset({"PENDING", "RUNNING", "STATE_UNSPECIFIED"})
+COMPLETE_STATE = "COMPLETE"
+#: Terminal states that mean no file will come; only FAILED is in the service's rules, the others are
+#: accepted because the real service may name a cancellation differently.
+FAILED_STATES = frozenset({"FAILED", "CANCELLED", "CANCELED", "EXPIRED"})
+#: HTTP statuses worth polling again after the hook's own retries gave up: the service will recover.
+RETRYABLE_STATUSES = frozenset({408, 423, 425, 429, 500, 502, 503, 504})
+
+Outcome = Literal["success", "failed", "waiting"]
+
+_FRACTION = re.compile(r"(\.\d{6})\d+")
+
+
+def parse_timestamp(value: Any) -> datetime | None:
+    """An aware UTC datetime from an RFC 3339 string or a datetime; ``None`` for empty input.
+
+    Naive values are taken as UTC (the service and Airflow's data intervals are UTC); fractions
+    beyond microseconds (the service's gateway may send nanoseconds) are cut, not rounded.
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, str):
+        text = _FRACTION.sub(r"\1", value.strip())
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        try:
+            parsed = datetime.fromisoformat(text)
+        except ValueError as err:
+            raise ValueError(f"not an ISO 8601 / RFC 3339 timestamp: {value!r}") from err
+    else:
+        raise ValueError(f"expected an ISO 8601 timestamp or a datetime, got {type(value).__name__}")
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=timezone.utc)
+    return parsed.astimezone(timezone.utc)
+
+
+def execution_time(execution: Mapping[str, Any]) -> datetime | None:
+    """When an execution last changed: ``updateTime``, else ``createTime``; ``None`` if unreadable."""
+    for key in ("updateTime", "createTime"):
+        try:
+            parsed = parse_timestamp(execution.get(key))
+        except ValueError:
+            parsed = None
+        if parsed is not None:
+            return parsed
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What one look at the executions decided, with the execution it is about and a reason to log."""
+
+    outcome: Outcome
+    execution: dict[str, Any] | None
+    reason: str
+
+
+class ExecutionSelector:
+    """Decide from executions fed newest first (``orderBy=updateTime desc``) whether the wait is over.
+
+    Only executions updated strictly after ``updated_after`` count (all of them when it is ``None``).
+    Among those, newest first:
+
+    - a ``COMPLETE`` one wins: success with that execution;
+    - a failed one (``FAILED``) fails the wait, unless a newer execution is still in progress (a re-run
+      that may yet complete), in which case the wait goes on;
+    - ``PENDING``/``RUNNING`` (and unknown states) are remembered and skipped.
+
+    ``feed`` returns a verdict as soon as it is certain, so callers stop paging; the first execution
+    at or before the cut-off ends the search, as every later one is older still.
+    """
+
+    def __init__(self, export_type: str, updated_after: datetime | None) -> None:
+        self.export_type = export_type
+        self.updated_after = updated_after
+        self.seen = 0
+        self.in_progress: dict[str, Any] | None = None
+        self._done: Verdict | None = None
+
+    def feed(self, execution: Mapping[str, Any]) -> Verdict | None:
+        """Take the next (older) execution; a verdict when the answer is known, else ``None``."""
+        if self._done is not None:
+            return self._done
+        updated = execution_time(execution)
+        if self.updated_after is not None:
+            if updated is None:
+                return None
+            if updated <= self.updated_after:
+                self._done = self._waiting()
+                return self._done
+        self.seen += 1
+        state = str(execution.get("state") or "").upper()
+        item = dict(execution)
+        if state == COMPLETE_STATE:
+            self._done = Verdict("success", item, f"execution {item.get('id')} is COMPLETE")
+        elif state in FAILED_STATES:
+            if self.in_progress is not None:
+                self._done = Verdict(
+                    "waiting",
+                    self.in_progress,
+                    f"execution {item.get('id')} is {state}, but the newer execution "
+                    f"{self.in_progress.get('id')} is still {self.in_progress.get('state')}",
+                )
+            else:
+                self._done = Verdict(
+                    "failed",
+                    item,
+                    f"the newest {self.export_type} execution{self._after_text()}, "
+                    f"{item.get('id')}, is {state} (updateTime {item.get('updateTime')})",
+                )
+        elif self.in_progress is None:
+            self.in_progress = item
+        return self._done
+
+    def result(self) -> Verdict:
+        """The verdict once every execution has been fed (no more pages)."""
+        if self._done is not None:
+            return self._done
+        return self._waiting()
+
+    def _after_text(self) -> str:
+        return f" updated after {self.updated_after.isoformat()}" if self.updated_after else ""
+
+    def _waiting(self) -> Verdict:
+        if self.in_progress is not None:
+            return Verdict(
+                "waiting",
+                self.in_progress,
+                f"{self.export_type} execution {self.in_progress.get('id')} is "
+                f"{self.in_progress.get('state')}",
+            )
+        return Verdict("waiting", None, f"no {self.export_type} execution{self._after_text()} yet")
+
+
+def select_execution(
+    executions: Iterable[Mapping[str, Any]], export_type: str, updated_after: datetime | None
+) -> Verdict:
+    """Run :class:`ExecutionSelector` over a (lazy) newest-first iterable, stopping once decided."""
+    selector = ExecutionSelector(export_type, updated_after)
+    for execution in executions:
+        if selector.feed(execution) is not None:
+            break
+    return selector.result()
+
+
+async def select_execution_async(
+    executions: AsyncIterator[dict[str, Any]], export_type: str, updated_after: datetime | None
+) -> Verdict:
+    """The same as :func:`select_execution` for the async hook's page iterator."""
+    selector = ExecutionSelector(export_type, updated_after)
+    try:
+        async for execution in executions:
+            if selector.feed(execution) is not None:
+                break
+    finally:
+        aclose = getattr(executions, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    return selector.result()
+
+
+def is_retryable(err: BaseException) -> bool:
+    """Whether an error after the hook's own retries is still worth polling again for.
+
+    The hook retries 429/5xx and dropped connections itself; if the service is still unavailable when
+    it gives up, a sensor that has hours left should keep waiting rather than fail. A 4xx (wrong key,
+    unknown job type) will not fix itself and ends the wait.
+    """
+    if hasattr(err, "http_status"):
+        status = err.http_status
+        return status is None or status in RETRYABLE_STATUSES
+    if isinstance(err, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
+        return True
+    import aiohttp
+    import requests
+
+    if isinstance(err, aiohttp.ClientResponseError):
+        return err.status in RETRYABLE_STATUSES
+    if isinstance(err, aiohttp.ClientError):
+        return True
+    if isinstance(err, requests.HTTPError) and err.response is not None:
+        return err.response.status_code in RETRYABLE_STATUSES
+    return isinstance(err, requests.RequestException)
+
+
+class ExecutionCompleteTrigger(BaseTrigger):
+    """Poll the executions of one export type until one completes or fails, or the deadline passes.
+
+    Yields exactly one event and returns. Its payload has ``status``:
+
+    - ``"success"`` with ``execution`` (the COMPLETE execution, as the service returned it);
+    - ``"failed"`` with ``execution`` and ``message`` (the newest matching execution failed);
+    - ``"timeout"`` with ``message`` (``deadline`` passed);
+    - ``"error"`` with ``message`` and ``http_status`` (an error that retrying will not fix).
+
+    :param abm_conn_id: connection of type ``abm``; resolved asynchronously in the triggerer.
+    :param export_type: export job type, e.g. ``TACTIC_PERFORMANCE``.
+    :param updated_after: ISO 8601 cut-off; only executions updated after it count (``None``: any).
+    :param poll_interval: seconds between polls.
+    :param deadline: POSIX time (seconds) after which a ``timeout`` event is sent; ``None``: no limit.
+    :param max_attempts: attempts per request (hook default if None).
+    :param max_wait: longest single back-off wait in seconds (hook default if None).
+    :param request_timeout: per-request timeout in seconds (hook default if None).
+    """
+
+    def __init__(
+        self,
+        *,
+        abm_conn_id: str,
+        export_type: str,
+        updated_after: str | None = None,
+        poll_interval: float = 60.0,
+        deadline: float | None = None,
+        max_attempts: int | None = None,
+        max_wait: float | None = None,
+        request_timeout: float | None = None,
+    ) -> None:
+        super().__init__()
+        if poll_interval <= 0:
+            raise ValueError(f"poll_interval must be positive, got {poll_interval}")
+        # Fail at construction (in the worker, before deferring) rather than in the triggerer.
+        parse_timestamp(updated_after)
+        self.abm_conn_id = abm_conn_id
+        self.export_type = export_type
+        self.updated_after = updated_after
+        self.poll_interval = float(poll_interval)
+        self.deadline = None if deadline is None else float(deadline)
+        self.max_attempts = max_attempts
+        self.max_wait = max_wait
+        self.request_timeout = request_timeout
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """Class path and primitive kwargs only: no key, no hook, no datetime objects."""
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "abm_conn_id": self.abm_conn_id,
+                "export_type": self.export_type,
+                "updated_after": self.updated_after,
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+                "max_attempts": self.max_attempts,
+                "max_wait": self.max_wait,
+                "request_timeout": self.request_timeout,
+            },
+        )
+
+    def _hook(self) -> AbmAsyncHook:
+        from abm_provider.hooks.abm import AbmAsyncHook
+
+        return AbmAsyncHook(
+            self.abm_conn_id,
+            max_attempts=self.max_attempts,
+            max_wait=self.max_wait,
+            timeout=self.request_timeout,
+        )
+
+    async def check_once(self, hook: AbmAsyncHook) -> Verdict:
+        """One look at the executions, newest first, reading only as many pages as the answer needs."""
+        executions = hook.iter_executions(self.export_type, order_by="updateTime desc")
+        return await select_execution_async(executions, self.export_type, parse_timestamp(self.updated_after))
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Poll until a terminal verdict, a non-retryable error or the deadline; yield one event."""
+        hook = self._hook()
+        last_reason = ""
+        try:
+            while True:
+                try:
+                    verdict = await self.check_once(hook)
+                except Exception as err:
+                    if not is_retryable(err):
+                        yield TriggerEvent(
+                            {
+                                "status": "error",
+                                "message": f"Polling {self.export_type} executions failed: {err}",
+                                "http_status": getattr(err, "http_status", None),
+                            }
+                        )
+                        return
+                    self.log.warning(
+                        "Polling %s executions failed after the hook's retries (%s); polling again",
+                        self.export_type,
+                        err,
+                    )
+                else:
+                    if verdict.outcome == "success":
+                        yield TriggerEvent({"status": "success", "execution": verdict.execution})
+                        return
+                    if verdict.outcome == "failed":
+                        yield TriggerEvent(
+                            {"status": "failed", "execution": verdict.execution, "message": verdict.reason}
+                        )
+                        return
+                    if verdict.reason != last_reason:
+                        self.log.info("Waiting: %s", verdict.reason)
+                        last_reason = verdict.reason
+                wait = self.poll_interval
+                if self.deadline is not None:
+                    remaining = self.deadline - time.time()
+                    if remaining <= 0:
+                        when = datetime.fromtimestamp(self.deadline, timezone.utc).isoformat()
+                        message = (
+                            f"No COMPLETE {self.export_type} execution by the sensor's deadline ({when}); "
+                            f"last seen: {last_reason or 'nothing'}"
+                        )
+                        yield TriggerEvent({"status": "timeout", "message": message})
+                        return
+                    wait = min(wait, remaining)
+                await asyncio.sleep(wait)
+        finally:
+            close = getattr(hook, "close", None) or getattr(hook, "aclose", None)
+            if close is not None:
+                result = close()
+                if asyncio.iscoroutine(result):
+                    await result

@@ -1,0 +1,450 @@
+"""The load flow every warehouse shares: check, stage, validate, then replace in one transaction.
+
+1. Ask the ledger whether this execution and file are already in the table (then: a logged no-op).
+2. Compare the file's header with the table (or the export type's schema when there is no table
+   yet): a missing or unknown column fails naming it before a byte is loaded, unless
+   ``on_schema_change="add_columns"`` adds the unknown ones.
+3. Stage the file in a temporary table with the warehouse's bulk path (a subclass's job) and give
+   every staged row a ``_reason`` when one of its values breaks the column rules of
+   :mod:`abm_provider.warehouse.schema`.
+4. Reject the rows with a reason, and all but the last row of any natural key the file repeats;
+   resolve their record numbers to file lines with one Python pass (only when there are rejects),
+   write the rejects file, and stop past ``max_rejected``.
+5. Take the table's lock, re-check the ledger, create or widen the table, delete the rows whose
+   natural key the file holds, insert the staged rows and write the ledger row, and commit once. A
+   reader sees the old table or the new one, never a mix, and a load killed anywhere before the
+   commit leaves the table and the ledger as they were.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from abm_provider.warehouse import ledger
+from abm_provider.warehouse.records import locate
+from abm_provider.warehouse.rejects import Reject, check_threshold, write_rejects
+from abm_provider.warehouse.schema import (
+    EXECUTION_ID_COLUMN,
+    LINEAGE_COLUMNS,
+    LOADED_AT_COLUMN,
+    ExportSchema,
+    Kind,
+    TableName,
+    check_identifier,
+    quote,
+)
+
+STAGE_TABLE = "_abm_stage"
+OnSchemaChange = Literal["fail", "add_columns"]
+_MB = 1024 * 1024
+
+
+class SchemaMismatch(ValueError):
+    """The file's columns do not match the table's; the message names the columns at fault."""
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """Everything one load needs, already resolved from the operator's (templated) arguments."""
+
+    path: Path
+    source: str
+    table: TableName
+    export: ExportSchema
+    key_columns: tuple[str, ...]
+    execution_id: str | None
+    sha256: str
+    size: int
+    rejects_path: Path
+    ledger: TableName
+    force: bool = False
+    on_schema_change: OnSchemaChange = "fail"
+    max_rejected: int | float = 0
+
+
+@dataclass
+class LoadResult:
+    """The XCom summary of one load: small, JSON-serialisable, no row data."""
+
+    table: str
+    export_type: str
+    execution_id: str | None
+    sha256: str
+    bytes: int
+    method: str
+    rows_loaded: int = 0
+    rows_deleted: int = 0
+    rows_rejected: int = 0
+    rejects_path: str | None = None
+    seconds: float = 0.0
+    skipped: bool = False
+    columns_added: list[str] = field(default_factory=list)
+
+    @property
+    def rows_replaced(self) -> int:
+        return self.rows_deleted
+
+    def to_xcom(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["rows_replaced"] = self.rows_deleted
+        return data
+
+
+@dataclass(frozen=True)
+class ColumnPlan:
+    """The file's columns with their kinds, and the ones to add to an existing table."""
+
+    header: tuple[str, ...]
+    kinds: dict[str, Kind]
+    to_add: tuple[str, ...]
+    table_exists: bool
+
+
+def plan_columns(request: LoadRequest, header: Sequence[str], existing: Sequence[str] | None) -> ColumnPlan:
+    """Match the header against the table, or the export schema when the table does not exist yet."""
+    for name in header:
+        check_identifier(name, f"column in the header of {request.path.name}:")
+    duplicated = sorted({name for name in header if list(header).count(name) > 1})
+    if duplicated:
+        raise SchemaMismatch(
+            f"{request.path.name}: column(s) {duplicated} appear more than once in the header"
+        )
+    lineage = set(LINEAGE_COLUMNS)
+    clash = sorted(lineage.intersection(header))
+    if clash:
+        raise SchemaMismatch(f"{request.path.name}: column(s) {clash} are reserved for lineage")
+    expected = [c for c in existing if c not in lineage] if existing is not None else []
+    if existing is None:
+        expected = list(request.export.column_names)
+    missing = [c for c in expected if c not in header]
+    missing += [k for k in request.key_columns if k not in header and k not in missing]
+    where = f"table {request.table}" if existing is not None else f"export type {request.export.export_type}"
+    if missing:
+        raise SchemaMismatch(
+            f"{request.path.name}: column(s) {missing} of {where} are missing from the file "
+            f"(file columns: {list(header)})"
+        )
+    unknown = tuple(c for c in header if c not in expected)
+    if unknown and request.on_schema_change != "add_columns":
+        raise SchemaMismatch(
+            f"{request.path.name}: column(s) {list(unknown)} are not in {where}; "
+            "pass on_schema_change='add_columns' to add them"
+        )
+    kinds = request.export.kinds()
+    plan_kinds = {name: kinds.get(name, Kind.TEXT) for name in header}
+    to_add = unknown if existing is not None else ()
+    return ColumnPlan(tuple(header), plan_kinds, to_add, existing is not None)
+
+
+class WarehouseLoader(ABC):
+    """One load of one file into one table; subclasses supply the dialect and the bulk staging path."""
+
+    #: Short name reported in logs, XCom and the ledger.
+    method: ClassVar[str]
+    #: DB-API parameter marker of the driver.
+    placeholder: ClassVar[str] = "%s"
+    #: Whether a unique index on the natural key is created with the table.
+    unique_key_index: ClassVar[bool] = True
+    #: Whether staged rows are checked in SQL (``valid_sql``) rather than while staging.
+    validates_in_sql: ClassVar[bool] = True
+
+    def __init__(self, hook: Any, log: logging.Logger | None = None) -> None:
+        self.hook = hook
+        self.log = log or logging.getLogger(__name__)
+
+    # ---- dialect hooks -------------------------------------------------------------------------
+
+    def connect(self) -> Any:
+        return self.hook.get_conn()
+
+    def cursor(self, conn: Any) -> Any:
+        return conn.cursor()
+
+    def begin(self, cur: Any) -> None:  # noqa: B027 - optional hook, most drivers need nothing
+        """Start the transaction (drivers that open one implicitly need nothing)."""
+
+    def begin_replace(self, cur: Any) -> None:  # noqa: B027 - optional hook, most drivers need nothing
+        """Called after staging, before the lock: drivers that stage outside the transaction open it here."""
+
+    @abstractmethod
+    def table_columns(self, conn: Any, cur: Any, table: TableName) -> list[str] | None:
+        """The table's column names in order, or ``None`` when it does not exist."""
+
+    @abstractmethod
+    def stage(self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str) -> dict[int, str]:
+        """Create and fill ``STAGE_TABLE`` with a ``_reason`` column; return structural rejects."""
+
+    @abstractmethod
+    def record_numbers(self, ids: Sequence[int]) -> list[int]:
+        """Map the stage's row ids (``order_column``) to record numbers of the file."""
+
+    #: Column (or pseudo-column) of the stage that increases with the record number.
+    order_column: str = "_rec"
+
+    def valid_sql(self, column: str, kind: Kind) -> str:
+        """SQL that is true when ``column`` (text, not NULL) satisfies the kind's rule."""
+        raise NotImplementedError(f"{self.method} validates in Python, not SQL")
+
+    def typed(self, column: str, kind: Kind) -> str:
+        """SQL turning a staged (text) column into the table's type."""
+        return f"CAST({column} AS {kind.sql_type})"
+
+    def param(self, sql_type: str) -> str:
+        return f"CAST({self.placeholder} AS {sql_type})"
+
+    def lock(self, cur: Any, table: TableName) -> None:  # noqa: B027 - generic has no portable lock
+        """Serialise loads into ``table`` until the transaction ends (best effort where unsupported)."""
+
+    def rowcount(self, cur: Any) -> int:
+        return int(cur.rowcount)
+
+    def adapt(self, conn: Any, value: Any) -> Any:
+        """Turn a Python value into one the driver binds (the generic path overrides for sqlite)."""
+        return value
+
+    # ---- the flow ------------------------------------------------------------------------------
+
+    def load(self, request: LoadRequest, header: Sequence[str]) -> LoadResult:
+        started = time.monotonic()
+        result = LoadResult(
+            table=str(request.table),
+            export_type=request.export.export_type,
+            execution_id=request.execution_id,
+            sha256=request.sha256,
+            bytes=request.size,
+            method=self.method,
+        )
+        conn = self.connect()
+        try:
+            cur = self.cursor(conn)
+            self.begin(cur)
+            self._run(conn, cur, request, header, result)
+        except BaseException:
+            self._rollback(conn)
+            raise
+        finally:
+            self._close(conn)
+        result.seconds = round(time.monotonic() - started, 3)
+        return result
+
+    def _run(
+        self, conn: Any, cur: Any, request: LoadRequest, header: Sequence[str], result: LoadResult
+    ) -> None:
+        if not request.force and self._already_loaded(conn, cur, request):
+            self._rollback(conn)
+            result.skipped = True
+            return
+        existing = self.table_columns(conn, cur, request.table)
+        plan = plan_columns(request, header, existing)
+
+        t0 = time.monotonic()
+        reason_sql = self.reason_sql(plan, request.key_columns) if self.validates_in_sql else ""
+        structural = self.stage(cur, request, plan, reason_sql)
+        seconds = max(time.monotonic() - t0, 1e-6)
+        self.log.info(
+            "Staged %s (%.1f MB) in %.1f s (%.1f MB/s) via %s",
+            request.path.name,
+            request.size / _MB,
+            seconds,
+            request.size / _MB / seconds,
+            self.method,
+        )
+        rejects = dict(structural)
+        rejects.update(self._value_rejects(cur))
+        rejects.update(self._duplicate_rejects(cur, request.key_columns))
+        total = self._count(cur, f"SELECT COUNT(*) FROM {STAGE_TABLE}") + len(structural)
+        self._report_rejects(request, len(plan.header), rejects, total, result)
+
+        self.begin_replace(cur)
+        self.lock(cur, request.table)
+        if not request.force and self._already_loaded(conn, cur, request):
+            self._rollback(conn)
+            result.skipped = True
+            return
+        current = self.table_columns(conn, cur, request.table)
+        if current != existing:  # another load changed the table while this one staged
+            plan = plan_columns(request, header, current)
+        self._prepare_target(cur, request, plan)
+        result.columns_added = list(plan.to_add)
+
+        loaded_at = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+        result.rows_deleted = self.delete_replaced(cur, request, plan)
+        result.rows_loaded = self.insert_new(cur, request, plan, loaded_at)
+        entry = ledger.LedgerEntry(
+            target_table=str(request.table),
+            execution_id=request.execution_id,
+            export_type=request.export.export_type,
+            sha256=request.sha256,
+            source=request.source,
+            bytes=request.size,
+            rows_loaded=result.rows_loaded,
+            rows_deleted=result.rows_deleted,
+            rows_rejected=result.rows_rejected,
+            loaded_at=loaded_at,
+            method=self.method,
+        )
+        cur.execute(
+            ledger.insert_sql(request.ledger, self.placeholder), [self.adapt(conn, v) for v in entry.values()]
+        )
+        conn.commit()
+
+    # ---- steps ---------------------------------------------------------------------------------
+
+    def _already_loaded(self, conn: Any, cur: Any, request: LoadRequest) -> bool:
+        if self.table_columns(conn, cur, request.ledger) is None:
+            return False
+        cur.execute(
+            ledger.find_sql(request.ledger, self.placeholder),
+            [str(request.table), request.sha256, request.execution_id, request.execution_id],
+        )
+        row = cur.fetchone()
+        if row is None:
+            return False
+        self.log.info(
+            "Execution %s (sha256 %s) is already in %s since %s (%s rows); nothing to do. "
+            "Pass force=True to load it again.",
+            request.execution_id,
+            request.sha256[:12],
+            request.table,
+            row[0],
+            row[1],
+        )
+        return True
+
+    def reason_sql(self, plan: ColumnPlan, keys: Sequence[str]) -> str:
+        """A CASE that names the first broken rule of a staged row, or is NULL for a sound row."""
+        whens = [f"WHEN {quote(k)} IS NULL THEN 'missing value in key column {k}'" for k in keys]
+        for name in plan.header:
+            kind = plan.kinds[name]
+            if kind.pattern is None:
+                continue
+            whens.append(
+                f"WHEN {quote(name)} IS NOT NULL AND NOT ({self.valid_sql(quote(name), kind)}) "
+                f"THEN 'column {name}: expected {kind.describe()}, got ' || {quote(name)}"
+            )
+        return f"CASE {' '.join(whens)} END" if whens else "CAST(NULL AS TEXT)"
+
+    def _value_rejects(self, cur: Any) -> dict[int, str]:
+        cur.execute(f"SELECT {self.order_column}, _reason FROM {STAGE_TABLE} WHERE _reason IS NOT NULL")
+        rows = cur.fetchall()
+        numbers = self.record_numbers([int(r[0]) for r in rows])
+        return {n: str(r[1]) for n, r in zip(numbers, rows, strict=True)}
+
+    def _duplicate_rejects(self, cur: Any, keys: Sequence[str]) -> dict[int, str]:
+        """All but the last row of each natural key the file repeats (the later row wins)."""
+        key_sql = ", ".join(quote(k) for k in keys)
+        cur.execute(
+            f"SELECT 1 FROM {STAGE_TABLE} WHERE _reason IS NULL "
+            f"GROUP BY {key_sql} HAVING COUNT(*) > 1 LIMIT 1"
+        )
+        if cur.fetchone() is None:
+            return {}
+        order = self.order_column
+        cur.execute(
+            f"SELECT _o FROM (SELECT {order} AS _o, ROW_NUMBER() OVER (PARTITION BY {key_sql} "
+            f"ORDER BY {order} DESC) AS _n FROM {STAGE_TABLE} WHERE _reason IS NULL) d WHERE _n > 1"
+        )
+        ids = [int(r[0]) for r in cur.fetchall()]
+        reason = f"duplicate natural key ({', '.join(keys)}): a later row of the file has the same key"
+        for start in range(0, len(ids), 1000):
+            chunk = ids[start : start + 1000]
+            marks = ", ".join(self.placeholder for _ in chunk)
+            cur.execute(
+                f"UPDATE {STAGE_TABLE} SET _reason = {self.placeholder} WHERE {order} IN ({marks})",
+                [reason, *chunk],
+            )
+        return dict.fromkeys(self.record_numbers(ids), reason)
+
+    def _report_rejects(
+        self, request: LoadRequest, width: int, rejects: dict[int, str], total: int, result: LoadResult
+    ) -> None:
+        result.rows_rejected = len(rejects)
+        path = request.rejects_path
+        if not rejects:
+            path.unlink(missing_ok=True)  # a stale file from an earlier run would mislead
+            return
+        found = locate(request.path, width, set(rejects))
+        written = write_rejects(
+            path,
+            (
+                Reject(
+                    record=n,
+                    line=found[n].line if n in found else None,
+                    reason=reason,
+                    raw=found[n].raw if n in found else "",
+                )
+                for n, reason in rejects.items()
+            ),
+        )
+        result.rejects_path = str(path)
+        self.log.warning("%d of %d records rejected; written to %s", written, total, path)
+        check_threshold(len(rejects), total, request.max_rejected, path)
+
+    def _prepare_target(self, cur: Any, request: LoadRequest, plan: ColumnPlan) -> None:
+        cur.execute(ledger.create_sql(request.ledger))
+        if not plan.table_exists:
+            columns = [f"{quote(n)} {plan.kinds[n].sql_type}" for n in plan.header]
+            columns += [f"{quote(EXECUTION_ID_COLUMN)} TEXT", f"{quote(LOADED_AT_COLUMN)} TIMESTAMP"]
+            cur.execute(f"CREATE TABLE IF NOT EXISTS {request.table.sql} ({', '.join(columns)})")
+            if self.unique_key_index:
+                index = quote(f"{request.table.name}_natural_key")
+                keys = ", ".join(quote(k) for k in request.key_columns)
+                cur.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {index} ON {request.table.sql} ({keys})")
+            self.log.info("Created table %s", request.table)
+        for name in plan.to_add:
+            cur.execute(
+                f"ALTER TABLE {request.table.sql} ADD COLUMN {quote(name)} {plan.kinds[name].sql_type}"
+            )
+            self.log.warning("Added column %s %s to %s", name, plan.kinds[name].sql_type, request.table)
+
+    def delete_replaced(self, cur: Any, request: LoadRequest, plan: ColumnPlan) -> int:
+        """Delete the table's rows whose natural key the file holds (restated rows)."""
+        target = quote(request.table.name)
+        match = " AND ".join(
+            f"{target}.{quote(k)} = {self.typed('s.' + quote(k), plan.kinds[k])}" for k in request.key_columns
+        )
+        cur.execute(
+            f"DELETE FROM {request.table.sql} WHERE EXISTS "
+            f"(SELECT 1 FROM {STAGE_TABLE} s WHERE s._reason IS NULL AND {match})"
+        )
+        return self.rowcount(cur)
+
+    def insert_new(self, cur: Any, request: LoadRequest, plan: ColumnPlan, loaded_at: dt.datetime) -> int:
+        """Insert the staged rows, typed, with the lineage columns."""
+        names = ", ".join(quote(n) for n in plan.header)
+        values = ", ".join(self.typed(quote(n), plan.kinds[n]) for n in plan.header)
+        cur.execute(
+            f"INSERT INTO {request.table.sql} "
+            f"({names}, {quote(EXECUTION_ID_COLUMN)}, {quote(LOADED_AT_COLUMN)}) "
+            f"SELECT {values}, {self.param('TEXT')}, {self.param('TIMESTAMP')} "
+            f"FROM {STAGE_TABLE} WHERE _reason IS NULL",
+            [request.execution_id, self.adapt(None, loaded_at)],
+        )
+        return self.rowcount(cur)
+
+    # ---- helpers -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _count(cur: Any, sql: str) -> int:
+        cur.execute(sql)
+        row = cur.fetchone()
+        return int(row[0]) if row else 0
+
+    def _rollback(self, conn: Any) -> None:
+        try:
+            conn.rollback()
+        except Exception:  # the connection may already be gone (killed server, closed socket)
+            self.log.debug("rollback failed", exc_info=True)
+
+    def _close(self, conn: Any) -> None:
+        try:
+            conn.close()
+        except Exception:
+            self.log.debug("close failed", exc_info=True)

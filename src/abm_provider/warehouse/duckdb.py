@@ -1,0 +1,192 @@
+"""DuckDB: the database reads the file itself, in parallel, with bounded memory.
+
+``read_csv`` is given the header's columns explicitly (nothing is sniffed, so a file cannot change
+how it is read) and stages them as VARCHAR; the shared rules of :mod:`abm_provider.warehouse.schema`
+are evaluated in that same single statement. Reading the columns typed instead would make DuckDB
+round ``1.005`` into ``DECIMAL(18,2)`` and accept date spellings the other warehouses refuse, and a
+typed column's cast error would be reported as a malformed line.
+
+``store_rejects`` lets the read finish when a record cannot be split (wrong field count, broken
+quote, bytes that are not UTF-8) and tells whether there was one. If so, or if DuckDB refuses the
+file, or the file holds a carriage return (DuckDB 1.x mis-splits ``\r`` inside quoted fields, found
+by the round-trip property test), the file is staged again through Python's ``csv`` module and
+Arrow batches: the scanner the other paths use then decides structure and record numbers, so line
+numbers in the rejects file are exact. Exports are machine-written, so the fast path is the norm.
+
+Bounded memory: unless the connection sets them, ``memory_limit`` (default 1GB) and ``threads`` are
+set on the connection, and DuckDB spills to its temp directory past the limit. Insertion order is
+kept (DuckDB's default) because the stage's ``rowid`` is how a rejected row is traced to its line.
+
+Concurrency: a DuckDB file has one writing process at a time (the file lock), and inside it the
+replace step is one transaction; two loads in one process conflict and the later commit fails
+rather than interleaving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import duckdb
+
+from abm_provider.warehouse.base import STAGE_TABLE, ColumnPlan, LoadRequest, WarehouseLoader
+from abm_provider.warehouse.records import iter_records
+from abm_provider.warehouse.schema import Kind, TableName, quote
+
+_REJECTS_TABLE = "_abm_reject_errors"
+_REJECTS_SCAN = "_abm_reject_scans"
+_BATCH_ROWS = 50_000
+
+
+class DuckDBLoader(WarehouseLoader):
+    method = "duckdb_read_csv"
+    placeholder = "?"
+    # An ART index makes DuckDB bulk inserts slow and memory-hungry; the delete-then-insert under one
+    # transaction and the duplicate rejection already keep one row per key.
+    unique_key_index: ClassVar[bool] = False
+
+    def __init__(self, hook: Any, *, memory_limit: str | None = "1GB", threads: int | None = None, **kw: Any):
+        super().__init__(hook, **kw)
+        self.memory_limit = memory_limit
+        self.threads = threads
+
+    def connect(self) -> Any:
+        conn = self.hook.get_conn()
+        if getattr(self.hook, "memory_limit", None) is None and self.memory_limit:
+            conn.execute(f"SET memory_limit = '{_setting(self.memory_limit)}'")
+        if getattr(self.hook, "threads", None) is None and self.threads:
+            conn.execute(f"SET threads = {int(self.threads)}")
+        conn.execute("SET preserve_insertion_order = true")
+        return conn
+
+    def cursor(self, conn: Any) -> Any:
+        # DuckDBPyConnection.cursor() opens a second connection with its own transaction; the load
+        # must run on the connection itself so its temporary tables and transaction are shared.
+        return conn
+
+    def begin_replace(self, cur: Any) -> None:
+        # Staging runs before this, outside the transaction: rows a transaction appends carry transient
+        # row ids, and the stage's committed row ids (0..n-1 in file order) are what map a rejected row
+        # back to its record. The stage is a temporary table, so nobody else sees it either way.
+        cur.execute("BEGIN TRANSACTION")
+
+    def table_columns(self, conn: Any, cur: Any, table: TableName) -> list[str] | None:
+        cur.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_catalog = current_database() "
+            "AND table_schema = COALESCE(CAST(? AS TEXT), current_schema()) AND table_name = ? "
+            "ORDER BY ordinal_position",
+            [table.schema, table.name],
+        )
+        names = [str(r[0]) for r in cur.fetchall()]
+        return names or None
+
+    def valid_sql(self, column: str, kind: Kind) -> str:
+        check = f"regexp_full_match({column}, '{kind.pattern}')"
+        if kind is Kind.DATE:
+            check += f" AND TRY_CAST({column} AS DATE) IS NOT NULL"
+        return check
+
+    def stage(self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str) -> dict[int, str]:
+        cur.execute(f"DROP TABLE IF EXISTS {STAGE_TABLE}")
+        if _contains_cr(request.path):
+            self.log.warning(
+                "%s contains carriage returns; DuckDB's reader mis-splits them inside quoted fields, so "
+                "it is staged through Python instead (slower)",
+                request.path.name,
+            )
+            return self._stage_checked(cur, request, plan, reason_sql)
+        columns = ", ".join(f"'{name}': 'VARCHAR'" for name in plan.header)
+        try:
+            cur.execute(
+                f"CREATE TEMP TABLE {STAGE_TABLE} AS SELECT *, {reason_sql} AS _reason FROM read_csv(?, "
+                f"header = true, auto_detect = false, delim = ',', quote = '\"', escape = '\"', "
+                f"columns = {{{columns}}}, allow_quoted_nulls = false, strict_mode = true, "
+                f"store_rejects = true, rejects_table = '{_REJECTS_TABLE}', "
+                f"rejects_scan = '{_REJECTS_SCAN}')",
+                [str(request.path)],
+            )
+        except duckdb.InvalidInputException as exc:
+            self.log.warning(
+                "DuckDB could not read %s (%s); staging it through Python", request.path.name, exc
+            )
+            return self._stage_checked(cur, request, plan, reason_sql)
+        cur.execute(f"SELECT COUNT(*) FROM {_REJECTS_TABLE}")
+        malformed = cur.fetchone()[0]
+        if malformed:
+            # DuckDB found records it cannot split. Its record count around them is not always the
+            # one a CSV parser would give (it is a heuristic reader), so the Python scanner, which
+            # every other path also uses, decides structure and numbering for this file.
+            self.log.warning(
+                "%d malformed record(s) in %s; staging it through Python to set them aside by line",
+                malformed,
+                request.path.name,
+            )
+            cur.execute(f"DROP TABLE {STAGE_TABLE}")
+            return self._stage_checked(cur, request, plan, reason_sql)
+        cur.execute(f"SELECT COUNT(*), COALESCE(MIN(rowid), 0), COALESCE(MAX(rowid), -1) FROM {STAGE_TABLE}")
+        count, first, last = cur.fetchone()
+        if (first, last) != (0, count - 1):
+            raise RuntimeError(
+                f"DuckDB staged {count} rows with row ids {first}..{last}, expected 0..{count - 1}"
+            )
+        self.order_column = "rowid"  # row i of the stage is record i + 1
+        return {}
+
+    def _stage_checked(
+        self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str
+    ) -> dict[int, str]:
+        """Split records in Python, set malformed ones aside, and append the rest in Arrow batches."""
+        import pyarrow as pa
+
+        names = ["_rec", *plan.header]
+        columns = ", ".join(f"{quote(n)} VARCHAR" for n in plan.header)
+        cur.execute(f"CREATE TEMP TABLE {STAGE_TABLE} (_rec BIGINT, {columns}, _reason VARCHAR)")
+        selected = ", ".join(quote(n) for n in names)
+        structural: dict[int, str] = {}
+        batch: list[list[Any]] = [[] for _ in names]
+
+        def flush() -> None:
+            if not batch[0]:
+                return
+            arrays = [pa.array(batch[0], pa.int64())] + [pa.array(c, pa.string()) for c in batch[1:]]
+            cur.register("_abm_batch", pa.Table.from_arrays(arrays, names=names))
+            cur.execute(f"INSERT INTO {STAGE_TABLE} SELECT {selected}, {reason_sql} FROM _abm_batch")
+            cur.unregister("_abm_batch")
+            for column in batch:
+                column.clear()
+
+        for record in iter_records(request.path, len(plan.header)):
+            if record.error is not None or record.fields is None:
+                structural[record.number] = f"malformed record ({record.error})"
+                continue
+            batch[0].append(record.number)
+            for index, value in enumerate(record.fields, start=1):
+                batch[index].append(value if value != "" else None)
+            if len(batch[0]) >= _BATCH_ROWS:
+                flush()
+        flush()
+        self.order_column = "_rec"
+        return structural
+
+    def record_numbers(self, ids: Sequence[int]) -> list[int]:
+        return [i + 1 for i in ids] if self.order_column == "rowid" else list(ids)
+
+    def typed(self, column: str, kind: Kind) -> str:
+        return column if kind is Kind.TEXT else f"CAST({column} AS {kind.sql_type})"
+
+
+def _setting(value: str) -> str:
+    """A memory size like ``1GB``: spliced into SET, so anything but digits, a dot and letters is refused."""
+    if not value.replace(".", "").replace(" ", "").isalnum():
+        raise ValueError(f"memory_limit {value!r} is not a size like '1GB'")
+    return value
+
+
+def _contains_cr(path: Path) -> bool:
+    """Whether the file holds a carriage return anywhere (a byte search, several GB/s)."""
+    with path.open("rb") as handle:
+        while chunk := handle.read(8 << 20):
+            if b"\r" in chunk:
+                return True
+    return False

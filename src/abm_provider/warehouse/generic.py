@@ -1,0 +1,128 @@
+"""Any other common-sql ``DbApiHook``: Python reads and checks the file in chunks, ``executemany`` stages it.
+
+This is the portable path, for warehouses without a bulk path this package knows. It reads the
+file with the ``csv`` module, applies the same rules as the SQL paths in Python
+(:func:`abm_provider.warehouse.schema.convert`), binds typed values and inserts ``chunk_rows`` rows
+per ``executemany`` into a temporary table, so memory is bounded by one chunk. The replace step
+is the same SQL as everywhere (one transaction: delete restated keys, insert, ledger row).
+
+Best effort on concurrency: there is no portable lock statement, so two generic loads into one
+table rely on the database's own transaction isolation; the unique index on the natural key turns
+an interleaving that would duplicate a key into a failed (rolled back) load rather than a
+duplicate row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sqlite3
+import time
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import Any
+
+from abm_provider.warehouse.base import STAGE_TABLE, ColumnPlan, LoadRequest, WarehouseLoader
+from abm_provider.warehouse.records import iter_records
+from abm_provider.warehouse.schema import Kind, TableName, convert, quote
+
+
+class GenericLoader(WarehouseLoader):
+    method = "generic_executemany"
+    validates_in_sql = False
+
+    def __init__(self, hook: Any, *, chunk_rows: int = 10_000, **kw: Any) -> None:
+        super().__init__(hook, **kw)
+        self.chunk_rows = chunk_rows
+        self.placeholder = getattr(hook, "placeholder", None) or "%s"  # type: ignore[misc]
+        self._sqlite = False
+
+    def connect(self) -> Any:
+        conn = super().connect()
+        self._sqlite = isinstance(conn, sqlite3.Connection)
+        return conn
+
+    def adapt(self, conn: Any, value: Any) -> Any:
+        # sqlite3 has no DECIMAL, DATE or TIMESTAMP: bind the canonical text (and Python 3.12 deprecates
+        # its default date adapters). Everything else binds the Python value.
+        if self._sqlite:
+            if isinstance(value, Decimal):
+                return str(value)
+            if isinstance(value, dt.date):
+                return value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
+        return value
+
+    def param(self, sql_type: str) -> str:
+        return self.placeholder
+
+    def typed(self, column: str, kind: Kind) -> str:
+        return column  # staged already typed
+
+    def table_columns(self, conn: Any, cur: Any, table: TableName) -> list[str] | None:
+        # Probing with a query is the one portable way to ask; the savepoint keeps a failed probe
+        # from aborting the load's transaction (and its staged rows) on databases that abort on error.
+        cur.execute("SAVEPOINT abm_probe")
+        try:
+            cur.execute(f"SELECT * FROM {table.sql} WHERE 1 = 0")
+            names = [str(d[0]) for d in cur.description]
+            cur.fetchall()
+        except Exception:
+            cur.execute("ROLLBACK TO SAVEPOINT abm_probe")
+            return None
+        finally:
+            cur.execute("RELEASE SAVEPOINT abm_probe")
+        return names
+
+    def record_numbers(self, ids: Sequence[int]) -> list[int]:
+        return list(ids)
+
+    def stage(self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str) -> dict[int, str]:
+        columns = ", ".join(f"{quote(n)} {plan.kinds[n].sql_type}" for n in plan.header)
+        try:
+            cur.execute(f"DROP TABLE IF EXISTS {STAGE_TABLE}")
+        except Exception:
+            self.log.debug("no stale stage table to drop", exc_info=True)
+        cur.execute(f"CREATE TEMPORARY TABLE {STAGE_TABLE} (_rec BIGINT, {columns}, _reason TEXT)")
+        names = ", ".join(["_rec", *(quote(n) for n in plan.header)])
+        marks = ", ".join(self.placeholder for _ in range(len(plan.header) + 1))
+        insert = f"INSERT INTO {STAGE_TABLE} ({names}) VALUES ({marks})"
+        kinds = [plan.kinds[n] for n in plan.header]
+        keys = {plan.header.index(k) for k in request.key_columns}
+        rejects: dict[int, str] = {}
+        batch: list[list[Any]] = []
+        staged, started = 0, time.monotonic()
+        for record in iter_records(request.path, len(plan.header)):
+            if record.error is not None or record.fields is None:
+                rejects[record.number] = f"malformed record ({record.error})"
+                continue
+            row, reason = self._convert(record.fields, kinds, plan.header, keys)
+            if reason is not None:
+                rejects[record.number] = reason
+                continue
+            batch.append([record.number, *row])
+            if len(batch) >= self.chunk_rows:
+                cur.executemany(insert, batch)
+                staged += len(batch)
+                batch.clear()
+                if staged % (self.chunk_rows * 50) == 0:
+                    self.log.info(
+                        "staged %d rows (%.0f rows/s)", staged, staged / (time.monotonic() - started)
+                    )
+        if batch:
+            cur.executemany(insert, batch)
+        return rejects
+
+    def _convert(
+        self, fields: list[str], kinds: list[Kind], header: Sequence[str], keys: set[int]
+    ) -> tuple[list[Any], str | None]:
+        row: list[Any] = []
+        for index, (text, kind) in enumerate(zip(fields, kinds, strict=True)):
+            if text == "":
+                if index in keys:
+                    return row, f"missing value in key column {header[index]}"
+                row.append(None)
+                continue
+            try:
+                row.append(self.adapt(None, convert(kind, text)))
+            except ValueError as exc:
+                return row, f"column {header[index]}: {exc}, got {text}"
+        return row, None

@@ -1,0 +1,140 @@
+"""Reading an export CSV record by record in Python: the header, the slow paths and reject reporting.
+
+The fast paths never come through here: DuckDB and PostgreSQL read the file themselves. This module
+serves the parts that must see individual records: the header check before any load, the generic
+DB-API path, PostgreSQL's fallback when ``COPY`` refuses a malformed file, and turning the record
+numbers a database reports as rejected into the file line number and raw text a person can act on.
+
+Records are numbered from 1 after the header, exactly as DuckDB (its reject ``line`` minus one) and
+PostgreSQL's ``COPY`` (one staging row per record) count them, so a database's record number and
+this scanner's agree. Bytes are decoded with ``surrogateescape`` so that a non-UTF-8 byte splits
+records the way the byte-oriented databases do, and is then reported rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator, Set
+from dataclasses import dataclass
+from pathlib import Path
+
+_BOM = "\ufeff"
+
+
+@dataclass(frozen=True)
+class Record:
+    """One CSV record: its number after the header, its first physical line, raw text and fields."""
+
+    number: int
+    line: int
+    raw: str
+    fields: list[str] | None
+    error: str | None
+
+    @property
+    def structural_error(self) -> str | None:
+        """Why the record cannot be split into fields, or is not UTF-8; ``None`` when it is sound."""
+        return self.error
+
+
+def _has_surrogates(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+class _LineFeed:
+    """Feeds decoded lines to ``csv.reader`` while remembering them, to recover each record's raw text."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = path.open("rb")
+        self.pending: list[str] = []
+        self.lines_read = 0
+
+    def __iter__(self) -> Iterator[str]:
+        for raw in self._file:
+            self.lines_read += 1
+            text = raw.decode("utf-8", "surrogateescape")
+            self.pending.append(text)
+            yield text
+
+    def take(self) -> str:
+        text = "".join(self.pending)
+        self.pending.clear()
+        return text
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_header(path: Path) -> list[str]:
+    """Return the header's column names, or raise naming the file if it has none or is not UTF-8."""
+    feed = _LineFeed(path)
+    try:
+        row = next(csv.reader(feed, strict=True), None)
+    except csv.Error as exc:
+        raise ValueError(f"{path}: the header row is not valid CSV: {exc}") from exc
+    finally:
+        feed.close()
+    if not row:
+        raise ValueError(f"{path}: the file is empty; expected a header row")
+    if any(_has_surrogates(name) for name in row):
+        raise ValueError(f"{path}: the header row is not valid UTF-8")
+    row[0] = row[0].removeprefix(_BOM)
+    return [name.strip() for name in row]
+
+
+def iter_records(path: Path, expected_fields: int) -> Iterator[Record]:
+    """Yield every record after the header, marking those that are malformed, short, long or not UTF-8."""
+    feed = _LineFeed(path)
+    reader = csv.reader(feed, strict=True)
+    try:
+        try:
+            next(reader)
+        except (csv.Error, StopIteration):
+            return
+        feed.take()
+        number = 0
+        first_line = feed.lines_read + 1
+        while True:
+            error: str | None = None
+            fields: list[str] | None
+            try:
+                fields = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as exc:
+                fields, error = None, f"malformed CSV: {exc}"
+            raw = feed.take()
+            if fields == [] and error is None:
+                # A blank line is no record to DuckDB or COPY either; skipping it keeps numbering aligned.
+                first_line = feed.lines_read + 1
+                continue
+            number += 1
+            if error is None and fields is not None:
+                if len(fields) != expected_fields:
+                    error = f"wrong number of fields: expected {expected_fields}, found {len(fields)}"
+                elif _has_surrogates(raw):
+                    error = "not valid UTF-8"
+                elif "\x00" in raw:
+                    error = "contains a NUL byte, which SQL text cannot hold"
+            yield Record(number, first_line, raw, fields, error)
+            first_line = feed.lines_read + 1
+    finally:
+        feed.close()
+
+
+def locate(path: Path, expected_fields: int, numbers: Set[int]) -> dict[int, Record]:
+    """Return the records with the given numbers (one pass, stops after the last one wanted)."""
+    found: dict[int, Record] = {}
+    if not numbers:
+        return found
+    last = max(numbers)
+    for record in iter_records(path, expected_fields):
+        if record.number in numbers:
+            found[record.number] = record
+        if record.number >= last:
+            break
+    return found

@@ -1,0 +1,197 @@
+"""Typed columns and natural keys of the export files, and the value rules every load path shares.
+
+The three load paths (DuckDB, PostgreSQL, generic DB-API) must accept and reject exactly the same
+values, or the same file would load differently depending on the warehouse. So each column kind
+carries one regular expression that the databases evaluate in SQL and the generic path evaluates in
+Python, plus the Python conversion the generic path binds. Regular expressions rather than the
+databases' own casts because the casts disagree: DuckDB rounds ``1.005`` into ``DECIMAL(18,2)``,
+PostgreSQL accepts ``' 7 '`` as a BIGINT, and neither is what the file format
+(service-behaviour.md "CSV files") promises.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from enum import Enum
+from typing import Any
+
+#: Columns the loader adds to every target table, so a reader can tell which execution wrote a row.
+EXECUTION_ID_COLUMN = "_execution_id"
+LOADED_AT_COLUMN = "_loaded_at"
+LINEAGE_COLUMNS: tuple[str, ...] = (EXECUTION_ID_COLUMN, LOADED_AT_COLUMN)
+
+#: Header names become SQL identifiers, so only plain identifiers are accepted.
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class Kind(Enum):
+    """What a column holds; decides its SQL type, its accepted text and its Python value."""
+
+    DATE = "date"
+    COUNT = "count"
+    MONEY = "money"
+    TEXT = "text"
+
+    @property
+    def sql_type(self) -> str:
+        return _SQL_TYPES[self]
+
+    @property
+    def pattern(self) -> str | None:
+        """Full-match regular expression the text must satisfy; ``None`` accepts any text."""
+        return _PATTERNS[self]
+
+    def describe(self) -> str:
+        return _DESCRIPTIONS[self]
+
+
+_SQL_TYPES = {Kind.DATE: "DATE", Kind.COUNT: "BIGINT", Kind.MONEY: "DECIMAL(18,2)", Kind.TEXT: "TEXT"}
+# Years 0001-9999 (both databases and Python agree on that range); 18 digits always fit a BIGINT;
+# DECIMAL(18,2) leaves 16 digits before the point.
+_PATTERNS: dict[Kind, str | None] = {
+    Kind.DATE: (
+        r"(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})"  # year 0001-9999
+        r"-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+    ),
+    Kind.COUNT: r"-?[0-9]{1,18}",
+    Kind.MONEY: r"-?[0-9]{1,16}(\.[0-9]{1,2})?",
+    Kind.TEXT: None,
+}
+_DESCRIPTIONS = {
+    Kind.DATE: "a date YYYY-MM-DD",
+    Kind.COUNT: "an integer",
+    Kind.MONEY: "a decimal with at most 2 places",
+    Kind.TEXT: "text",
+}
+
+
+_CONVERTERS: dict[Kind, Callable[[str], Any]] = {
+    Kind.DATE: dt.date.fromisoformat,
+    Kind.COUNT: int,
+    Kind.MONEY: Decimal,
+    Kind.TEXT: str,
+}
+_COMPILED = {kind: re.compile(p) for kind, p in _PATTERNS.items() if p is not None}
+
+
+def convert(kind: Kind, text: str) -> Any:
+    """Return the Python value of ``text`` for the generic path; raise ``ValueError`` naming the rule."""
+    compiled = _COMPILED.get(kind)
+    if compiled is not None and not compiled.fullmatch(text):
+        raise ValueError(f"expected {kind.describe()}")
+    try:
+        return _CONVERTERS[kind](text)
+    except (ValueError, ArithmeticError) as exc:
+        raise ValueError(f"expected {kind.describe()}") from exc
+
+
+@dataclass(frozen=True)
+class ExportSchema:
+    """Columns (in file order) and natural key of one export type."""
+
+    export_type: str
+    columns: tuple[tuple[str, Kind], ...]
+    natural_key: tuple[str, ...]
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.columns)
+
+    def kinds(self) -> dict[str, Kind]:
+        return dict(self.columns)
+
+
+EXPORT_SCHEMAS: Mapping[str, ExportSchema] = {
+    "TACTIC_PERFORMANCE": ExportSchema(
+        export_type="TACTIC_PERFORMANCE",
+        columns=(
+            ("date", Kind.DATE),
+            ("campaign_id", Kind.TEXT),
+            ("campaign_name", Kind.TEXT),
+            ("tactic_id", Kind.TEXT),
+            ("tactic_name", Kind.TEXT),
+            ("impressions", Kind.COUNT),
+            ("clicks", Kind.COUNT),
+            ("spend", Kind.MONEY),
+        ),
+        natural_key=("date", "tactic_id"),
+    ),
+    "DISPLAY_TACTIC_ACCOUNT_PERFORMANCE": ExportSchema(
+        export_type="DISPLAY_TACTIC_ACCOUNT_PERFORMANCE",
+        columns=(
+            ("date", Kind.DATE),
+            ("tactic_id", Kind.TEXT),
+            ("tactic_name", Kind.TEXT),
+            ("account_id", Kind.TEXT),
+            ("account_name", Kind.TEXT),
+            ("crm_org_id", Kind.TEXT),
+            ("impressions", Kind.COUNT),
+            ("clicks", Kind.COUNT),
+            ("spend", Kind.MONEY),
+            ("page_views", Kind.COUNT),
+            ("engaged_visitors", Kind.COUNT),
+        ),
+        natural_key=("date", "tactic_id", "account_id"),
+    ),
+}
+
+
+def export_schema(export_type: str) -> ExportSchema:
+    """Return the schema of a known export type, or raise naming the known ones."""
+    try:
+        return EXPORT_SCHEMAS[export_type]
+    except KeyError:
+        known = ", ".join(sorted(EXPORT_SCHEMAS))
+        raise ValueError(f"export_type {export_type!r} is not known; known types: {known}") from None
+
+
+def check_identifier(name: str, what: str) -> str:
+    """Return ``name`` if it is a plain SQL identifier, else raise naming it (it is spliced into SQL)."""
+    if not IDENTIFIER.fullmatch(name):
+        raise ValueError(f"{what} {name!r} is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)")
+    return name
+
+
+def quote(name: str) -> str:
+    """Quote an identifier already checked by :func:`check_identifier` (all three dialects use "")."""
+    return f'"{name}"'
+
+
+@dataclass(frozen=True)
+class TableName:
+    """A target table, optionally schema-qualified (``schema.table``)."""
+
+    schema: str | None
+    name: str
+
+    @classmethod
+    def parse(cls, text: str) -> TableName:
+        parts = text.strip().split(".")
+        if len(parts) > 2 or not all(parts):
+            raise ValueError(f"table {text!r} must be 'table' or 'schema.table'")
+        for part in parts:
+            check_identifier(part, "table name part")
+        return cls(parts[0], parts[1]) if len(parts) == 2 else cls(None, parts[0])
+
+    def sibling(self, name: str) -> TableName:
+        """Another table in the same schema (the ledger lives next to the data it describes)."""
+        return TableName(self.schema, check_identifier(name, "table name"))
+
+    @property
+    def sql(self) -> str:
+        return f"{quote(self.schema)}.{quote(self.name)}" if self.schema else quote(self.name)
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.name}" if self.schema else self.name
+
+
+def column_kinds(schema: ExportSchema, extra_columns: Sequence[str]) -> dict[str, Kind]:
+    """Kinds of the schema's columns plus columns added on schema change (stored as text)."""
+    kinds = schema.kinds()
+    for name in extra_columns:
+        kinds.setdefault(name, Kind.TEXT)
+    return kinds

@@ -1,0 +1,120 @@
+"""The trigger's contract without a server: primitives only, one terminal event, deadline honoured."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from abm_provider.exceptions import AbmApiError
+from abm_provider.triggers.exports import ExecutionCompleteTrigger
+
+
+class FakeAsyncHook:
+    """Answers each poll from a script: a list of executions or an exception to raise."""
+
+    def __init__(self, script: list[Any]) -> None:
+        self.script = script
+        self.polls = 0
+        self.closed = False
+
+    async def iter_executions(self, export_type: str, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
+        step = self.script[min(self.polls, len(self.script) - 1)]
+        self.polls += 1
+        if isinstance(step, BaseException):
+            raise step
+        for item in step:
+            yield item
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def _trigger(monkeypatch: pytest.MonkeyPatch, hook: FakeAsyncHook, **kwargs: Any) -> ExecutionCompleteTrigger:
+    trigger = ExecutionCompleteTrigger(
+        abm_conn_id="abm_default", export_type="TACTIC_PERFORMANCE", poll_interval=0.01, **kwargs
+    )
+    monkeypatch.setattr(trigger, "_hook", lambda: hook)
+    return trigger
+
+
+async def _events(trigger: ExecutionCompleteTrigger) -> list[dict[str, Any]]:
+    return [event.payload async for event in trigger.run()]
+
+
+def _api_error(status: int) -> AbmApiError:
+    return AbmApiError(
+        method="GET",
+        path="/exports/v1/exportJobs/X/executions",
+        http_status=status,
+        status=None,
+        message="boom",
+    )
+
+
+COMPLETE = {
+    "id": "e1",
+    "state": "COMPLETE",
+    "updateTime": "2026-03-01T06:00:00Z",
+    "downloadUri": "https://x/y",
+}
+FAILED = {"id": "e2", "state": "FAILED", "updateTime": "2026-03-01T06:00:00Z"}
+
+
+def test_serializes_primitives_only_and_round_trips() -> None:
+    trigger = ExecutionCompleteTrigger(
+        abm_conn_id="abm_default",
+        export_type="TACTIC_PERFORMANCE",
+        updated_after="2026-03-01T00:00:00+00:00",
+        poll_interval=30,
+        deadline=1_800_000_000.5,
+    )
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "abm_provider.triggers.exports.ExecutionCompleteTrigger"
+    json.dumps(kwargs)  # nothing but JSON primitives
+    assert all(v is None or isinstance(v, (str, int, float)) for v in kwargs.values())
+    assert not any("key" in name or "password" in name for name in kwargs)
+    assert ExecutionCompleteTrigger(**kwargs).serialize() == (classpath, kwargs)
+
+
+async def test_success_after_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    hook = FakeAsyncHook(
+        [[], [{"id": "e0", "state": "RUNNING", "updateTime": "2026-03-01T05:00:00Z"}], [COMPLETE]]
+    )
+    events = await _events(_trigger(monkeypatch, hook))
+    assert events == [{"status": "success", "execution": COMPLETE}]
+    assert hook.polls == 3 and hook.closed
+
+
+async def test_failed_execution_is_a_failed_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    events = await _events(_trigger(monkeypatch, FakeAsyncHook([[FAILED]])))
+    assert len(events) == 1 and events[0]["status"] == "failed"
+    assert "e2" in events[0]["message"]
+
+
+async def test_deadline_gives_one_timeout_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    hook = FakeAsyncHook([[]])
+    events = await _events(_trigger(monkeypatch, hook, deadline=time.time() + 0.2))
+    assert [e["status"] for e in events] == ["timeout"]
+    assert "deadline" in events[0]["message"]
+
+
+async def test_retryable_errors_keep_polling(monkeypatch: pytest.MonkeyPatch) -> None:
+    hook = FakeAsyncHook([_api_error(503), _api_error(429), ConnectionResetError("reset"), [COMPLETE]])
+    events = await _events(_trigger(monkeypatch, hook))
+    assert [e["status"] for e in events] == ["success"]
+    assert hook.polls == 4
+
+
+async def test_permanent_error_is_an_error_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    events = await _events(_trigger(monkeypatch, FakeAsyncHook([_api_error(404)])))
+    assert [e["status"] for e in events] == ["error"]
+    assert events[0]["http_status"] == 404
+
+
+def test_bad_cutoff_fails_at_construction() -> None:
+    with pytest.raises(ValueError, match="not an ISO 8601"):
+        ExecutionCompleteTrigger(abm_conn_id="c", export_type="T", updated_after="soon")

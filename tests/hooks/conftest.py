@@ -1,0 +1,27 @@
+"""Fixtures for hook tests: the emulator behind the default connection, and a look at what it saw."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from abm_provider.hooks.abm import AbmHook
+
+
+@pytest.fixture
+def abm(emulator: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The emulator, reachable through ``abm_default`` as a DAG would configure it."""
+    conn = {"conn_type": "abm", "host": emulator.base_url, "password": emulator.api_key}
+    monkeypatch.setenv("AIRFLOW_CONN_ABM_DEFAULT", json.dumps(conn))
+    return emulator
+
+
+@pytest.fixture
+def hook(abm: Any) -> Iterator[AbmHook]:
+    """A hook with a short longest wait, so retry tests stay quick."""
+    made = AbmHook(max_wait=10)
+    yield made
+    made.close()

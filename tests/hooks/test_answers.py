@@ -1,0 +1,71 @@
+"""Reading add/remove answers and pages tolerantly, without a server."""
+
+from __future__ import annotations
+
+import pytest
+
+from abm_provider.exceptions import AbmApiError
+from abm_provider.hooks._answers import TokenGuard, batch_result, executions_request, page_items
+from abm_provider.models import AccountsResult
+
+
+def _acc(i: int, org: str | None = "00D1") -> dict[str, str]:
+    account = {"id": f"001{i:015d}", "crmType": "SALESFORCE"}
+    if org:
+        account["crmOrgId"] = org
+    return account
+
+
+def test_add_answer_counts_may_be_strings_or_absent() -> None:
+    sent = [_acc(i) for i in range(4)]
+    answer = {
+        "successfulAccounts": sent[:3],
+        "accountsNotFound": sent[3:],
+        "addedAccounts": "2",
+        "duplicateAccounts": "1",
+    }
+    result = batch_result("add", 0, sent, answer)
+    assert (result.sent, result.added, result.duplicates, len(result.not_found)) == (4, 2, 1, 1)
+    derived = batch_result("add", 1, sent, {"successfulAccounts": sent[:3], "duplicateAccounts": 1})
+    assert (derived.added, derived.duplicates) == (2, 1)
+
+
+def test_remove_answer_not_removed_are_not_found_matched_by_org_and_id() -> None:
+    sent = [_acc(1), _acc(2), _acc(3, org="00D2")]
+    removed = [_acc(1), _acc(3, org="00D9")]  # same id 3 but another org: not the one sent
+    result = batch_result("remove", 2, sent, {"listId": "l", "accounts": removed})
+    assert result.added == 2
+    assert [a["id"] for a in result.not_found] == [_acc(2)["id"], _acc(3)["id"]]
+    echo_without_org = batch_result("remove", 0, sent[:1], {"accounts": [{"id": _acc(1)["id"]}]})
+    assert echo_without_org.not_found == []
+
+
+def test_totals_add_up_and_not_found_can_be_dropped() -> None:
+    totals = AccountsResult()
+    sent = [_acc(i) for i in range(3)]
+    batch = batch_result("add", 0, sent, {"successfulAccounts": sent[:1], "accountsNotFound": sent[1:]})
+    totals.include(batch, keep_not_found=False)
+    totals.include(batch, keep_not_found=True)
+    assert (totals.sent, totals.not_found_count, len(totals.not_found), totals.batches) == (6, 4, 2, 2)
+
+
+def test_pages_and_tokens() -> None:
+    assert page_items({"nextPageToken": "t"}, "folders", "/f") == ([], "t")
+    assert page_items({"folders": [{"a": 1}], "nextPageToken": ""}, "folders", "/f") == ([{"a": 1}], "")
+    with pytest.raises(AbmApiError, match="not an array"):
+        page_items({"folders": {"a": 1}}, "folders", "/f")
+    guard = TokenGuard("/f")
+    guard.check("a")
+    guard.check("b")
+    with pytest.raises(AbmApiError, match="twice"):
+        guard.check("a")
+
+
+def test_executions_query() -> None:
+    path, params = executions_request("TACTIC_PERFORMANCE", state="COMPLETE", page_size=10)
+    assert path == "/exports/v1/exportJobs/TACTIC_PERFORMANCE/executions"
+    assert params == {"pageSize": 10, "orderBy": "updateTime desc", "filter": "status=COMPLETE"}
+    with pytest.raises(ValueError, match="page_size"):
+        executions_request("TACTIC_PERFORMANCE", page_size=0)
+    with pytest.raises(ValueError, match="state must be one execution state"):
+        executions_request("TACTIC_PERFORMANCE", state="COMPLETE OR 1")

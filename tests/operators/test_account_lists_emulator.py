@@ -1,0 +1,333 @@
+"""Account-list operators against the emulator, a real HTTP service in its own process.
+
+Checked through the emulator's admin API, not the operators' own summaries: re-runs of the folder
+and list operators create nothing new; 25,000 accounts from each source land every valid, known
+account on the list; a second run reports them as duplicates; invalid and not-found rows are in the
+rejects file with their row numbers and reasons.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+from abm_provider.operators.account_lists import (
+    AddAccountsToListOperator,
+    CreateAccountListFolderOperator,
+    CreateAccountListOperator,
+    RemoveAccountsFromListOperator,
+)
+
+ROWS = 25_000
+INVALID_KINDS = (
+    ("", "empty id"),
+    ("001 with space", "id contains whitespace"),
+    ("0" * 300, "id is 300 characters"),
+    ("HUBSPOT", "unknown crmType 'HUBSPOT'"),
+)
+
+
+@pytest.fixture
+def abm(emulator: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The emulator, reachable through the default connection id as a DAG would configure it."""
+    conn = {"conn_type": "abm", "host": emulator.base_url, "password": emulator.api_key}
+    monkeypatch.setenv("AIRFLOW_CONN_ABM_DEFAULT", json.dumps(conn))
+    return emulator
+
+
+def _context(tmp_path: Path, task_id: str = "task", try_number: int = 1) -> dict[str, Any]:
+    ti = SimpleNamespace(
+        dag_id="abm_test", task_id=task_id, run_id="manual__test", try_number=try_number, map_index=-1
+    )
+    return {"ti": ti, "task_instance": ti, "run_id": "manual__test"}
+
+
+def _state(abm: Any) -> dict[str, Any]:
+    return abm.admin("GET", "/_admin/state")
+
+
+def _all(abm: Any, kind: str) -> list[dict[str, Any]]:
+    """Folders or lists of the test key's account from the emulator's admin state, whatever its nesting."""
+    state = _state(abm)
+    found: list[dict[str, Any]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == kind and isinstance(value, list):
+                    found.extend(v for v in value if isinstance(v, dict))
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(state)
+    return found
+
+
+def _member_ids(abm: Any, list_id: str) -> set[str]:
+    members = abm.members(list_id)
+    if isinstance(members, dict):
+        members = members["members"]
+    return {m["id"] for m in members}
+
+
+def _make_list(abm: Any, tmp_path: Path, name: str = "Targets") -> str:
+    folder = CreateAccountListFolderOperator(task_id="folder", folder_name="ABM tests").execute(
+        _context(tmp_path)
+    )
+    created = CreateAccountListOperator(task_id="list", list_name=name, folder_id=folder["folderId"]).execute(
+        _context(tmp_path)
+    )
+    return created["listId"]
+
+
+def _rejects(path: str | None) -> list[dict[str, str]]:
+    assert path is not None
+    local = path.removeprefix("file://")
+    with open(local, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+# --- folders and lists -----------------------------------------------------------------------------
+
+
+def test_folder_and_list_operators_reuse_on_rerun(abm, tmp_path):
+    ctx = _context(tmp_path)
+    first = CreateAccountListFolderOperator(task_id="f", folder_name="Q4 campaigns").execute(ctx)
+    again = CreateAccountListFolderOperator(task_id="f", folder_name="Q4 campaigns").execute(ctx)
+    assert set(first) == {"folderId", "displayName", "folderAccess"}
+    assert again == first and first["displayName"] == "Q4 campaigns"
+    assert len(_all(abm, "folders")) == 1
+
+    lst = CreateAccountListOperator(task_id="l", list_name="Tier 1", folder_id=first["folderId"]).execute(ctx)
+    lst_again = CreateAccountListOperator(
+        task_id="l", list_name="Tier 1", folder_id=first["folderId"]
+    ).execute(ctx)
+    assert set(lst) == {"listId", "listName", "folderId"}
+    assert lst_again == lst and lst["folderId"] == first["folderId"] and lst["listName"] == "Tier 1"
+    assert len(_all(abm, "lists")) == 1
+
+    # the same list name in another folder is a different list
+    other = CreateAccountListFolderOperator(task_id="f2", folder_name="Other").execute(ctx)
+    elsewhere = CreateAccountListOperator(
+        task_id="l2", list_name="Tier 1", folder_id=other["folderId"]
+    ).execute(ctx)
+    assert elsewhere["listId"] != lst["listId"] and elsewhere["folderId"] == other["folderId"]
+    assert len(_all(abm, "lists")) == 2
+
+
+def test_if_exists_create_and_fail(abm, tmp_path):
+    ctx = _context(tmp_path)
+    first = CreateAccountListFolderOperator(task_id="f", folder_name="Dup").execute(ctx)
+    second = CreateAccountListFolderOperator(task_id="f", folder_name="Dup", if_exists="create").execute(ctx)
+    assert second["folderId"] != first["folderId"]
+    assert len(_all(abm, "folders")) == 2
+    # with two of that name, reuse picks the oldest, consistently
+    assert CreateAccountListFolderOperator(task_id="f", folder_name="Dup").execute(ctx) == first
+    with pytest.raises(AirflowFailException, match="already exists"):
+        CreateAccountListFolderOperator(task_id="f", folder_name="Dup", if_exists="fail").execute(ctx)
+    lst = CreateAccountListOperator(task_id="l", list_name="L", folder_id=first["folderId"]).execute(ctx)
+    with pytest.raises(AirflowFailException, match="already exists"):
+        CreateAccountListOperator(
+            task_id="l", list_name="L", folder_id=first["folderId"], if_exists="fail"
+        ).execute(ctx)
+    assert len(_all(abm, "folders")) == 2 and len(_all(abm, "lists")) == 1
+    assert lst["listId"]
+
+
+# --- adding 25,000 accounts from each source -------------------------------------------------------
+
+
+def _dataset() -> tuple[list[dict[str, Any]], set[str], dict[int, str], set[int]]:
+    """Rows with invalid ones (every 97th) and ids the service does not know (every 89th).
+
+    Returns the rows, the ids that must land, the expected reason start per invalid row number and
+    the row numbers that must come back as not found.
+    """
+    rows: list[dict[str, Any]] = []
+    valid: set[str] = set()
+    invalid: dict[int, str] = {}
+    not_found: set[int] = set()
+    for i in range(ROWS):
+        number = i + 1
+        row = {"account_id": f"001{i:012d}", "account_name": f"Company {i}, Inc", "crm_type": "SALESFORCE"}
+        if i % 97 == 13:
+            value, reason = INVALID_KINDS[(i // 97) % len(INVALID_KINDS)]
+            if value == "HUBSPOT":
+                row["crm_type"] = value
+            else:
+                row["account_id"] = value
+            invalid[number] = reason
+        elif i % 89 == 7:
+            row["account_id"] = f"999{i:012d}"  # well formed, but not an id the CRM knows
+            not_found.add(number)
+        else:
+            valid.add(row["account_id"])
+        rows.append(row)
+    return rows, valid, invalid, not_found
+
+
+COLUMN_MAP = {"id": "account_id", "name": "account_name", "crmType": "crm_type"}
+
+
+def _write_source(kind: str, rows: list[dict[str, Any]], tmp_path: Path, monkeypatch) -> dict[str, Any]:
+    if kind == "iterable":
+        return {"accounts": (dict(r) for r in rows)}
+    if kind == "csv":
+        path = tmp_path / "accounts.csv"
+        with path.open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        return {"accounts_path": str(path)}
+    if kind == "parquet":
+        path = tmp_path / "accounts.parquet"
+        pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=4000)
+        return {"accounts_path": str(path)}
+    import duckdb
+
+    db = tmp_path / "crm.duckdb"
+    with duckdb.connect(str(db)) as conn:
+        conn.execute(
+            "CREATE TABLE crm_accounts "
+            "(n INTEGER, account_id VARCHAR, account_name VARCHAR, crm_type VARCHAR)"
+        )
+        conn.executemany(
+            "INSERT INTO crm_accounts VALUES (?, ?, ?, ?)",
+            [(n, r["account_id"], r["account_name"], r["crm_type"]) for n, r in enumerate(rows, 1)],
+        )
+    monkeypatch.setenv("AIRFLOW_CONN_CRM_DUCKDB", json.dumps({"conn_type": "duckdb", "host": str(db)}))
+    return {
+        "sql": "SELECT account_id, account_name, crm_type FROM crm_accounts ORDER BY n",
+        "sql_conn_id": "crm_duckdb",
+    }
+
+
+@pytest.mark.parametrize("kind", ["iterable", "csv", "parquet", "sql"])
+def test_add_25k_accounts_from_each_source(abm, tmp_path, monkeypatch, kind):
+    rows, valid, invalid, not_found = _dataset()
+    list_id = _make_list(abm, tmp_path)
+
+    def run(try_number: int) -> dict[str, Any]:
+        source = _write_source(kind, rows, tmp_path, monkeypatch)
+        op = AddAccountsToListOperator(
+            task_id="add",
+            list_id=list_id,
+            column_map=COLUMN_MAP,
+            max_rejected=None,
+            rejects_base=str(tmp_path / "state"),
+            **source,
+        )
+        return op.execute(_context(tmp_path, "add", try_number))
+
+    summary = run(1)
+    assert _member_ids(abm, list_id) == valid
+    assert summary["rows"] == ROWS
+    assert summary["rejected"] == len(invalid)
+    assert summary["sent"] == ROWS - len(invalid)
+    assert summary["added"] == len(valid)
+    assert summary["not_found"] == len(not_found)
+    assert summary["duplicates"] == 0
+    assert summary["batches"] == -(-summary["sent"] // 1000)
+    assert summary["rejects_path"].endswith("/rejects/abm_test/manual__test/add/try_1.csv")
+
+    rejects = _rejects(summary["rejects_path"])
+    by_row = {int(r["row_number"]): r for r in rejects}
+    assert len(rejects) == len(by_row) == len(invalid) + len(not_found)
+    for number, reason in invalid.items():
+        assert by_row[number]["reason"].startswith(reason), by_row[number]
+        assert json.loads(by_row[number]["row"]) == rows[number - 1]
+    for number in not_found:
+        assert by_row[number]["reason"].startswith("not found")
+        assert by_row[number]["id"] == rows[number - 1]["account_id"]
+    if kind == "csv":
+        assert all(int(r["line"]) == int(r["row_number"]) + 1 for r in rejects)
+
+    second = run(2)
+    assert second["added"] == 0
+    assert second["duplicates"] == len(valid)
+    assert second["not_found"] == len(not_found)
+    assert second["rejects_path"].endswith("/try_2.csv")
+    assert _member_ids(abm, list_id) == valid
+
+
+# --- remove, limits and pre-flight checks ----------------------------------------------------------
+
+
+def test_remove_accounts(abm, tmp_path):
+    list_id = _make_list(abm, tmp_path)
+    ids = [f"001{i:012d}" for i in range(2500)]
+    AddAccountsToListOperator(task_id="add", list_id=list_id, accounts=[{"id": i} for i in ids]).execute(
+        _context(tmp_path)
+    )
+    to_remove = [{"id": i, "name": 42} for i in ids[:1200]] + [{"id": None}]
+    summary = RemoveAccountsFromListOperator(
+        task_id="remove",
+        list_id=list_id,
+        accounts=to_remove,
+        max_rejected=1,
+        rejects_base=str(tmp_path / "state"),
+    ).execute(_context(tmp_path, "remove"))
+    assert summary["removed"] == 1200 and summary["sent"] == 1200 and summary["batches"] == 2
+    assert summary["rejected"] == 1
+    assert "added" not in summary and "duplicates" not in summary
+    assert _member_ids(abm, list_id) == set(ids[1200:])
+    (reject,) = _rejects(summary["rejects_path"])
+    assert reject["row_number"] == "1201" and reject["reason"] == "missing id (null)"
+
+
+def test_max_rejected_fails_fast_and_warn_mode_completes(abm, tmp_path):
+    list_id = _make_list(abm, tmp_path)
+    accounts = [{"id": f"001{i:012d}"} for i in range(3000)]
+    accounts[1499] = {"id": 1499}
+    accounts[2499] = {"id": ""}
+    with pytest.raises(AirflowFailException, match=r"max_rejected=1 invalid rows \(2 by row 2500\)"):
+        AddAccountsToListOperator(
+            task_id="add", list_id=list_id, accounts=accounts, max_rejected=1, batch_size=500
+        ).execute(_context(tmp_path))
+    # the four full batches of 500 before the limit was passed were sent; nothing after them
+    assert len(_member_ids(abm, list_id)) == 2000
+
+    summary = AddAccountsToListOperator(
+        task_id="add", list_id=list_id, accounts=accounts, max_rejected=1, on_limit="warn"
+    ).execute(_context(tmp_path, try_number=2))
+    assert summary["rejected"] == 2 and summary["added"] == 3000 - 2 - 2000
+    assert len(_member_ids(abm, list_id)) == 3000 - 2
+
+    with pytest.raises(AirflowFailException, match="max_rejected_fraction=0.0005"):
+        AddAccountsToListOperator(
+            task_id="add",
+            list_id=list_id,
+            accounts=accounts,
+            max_rejected=None,
+            max_rejected_fraction=0.0005,
+        ).execute(_context(tmp_path, try_number=3))
+    with pytest.raises(AirflowFailException, match="max_not_found=0"):
+        AddAccountsToListOperator(
+            task_id="add", list_id=list_id, accounts=[{"id": "999000000000001"}], max_not_found=0
+        ).execute(_context(tmp_path, try_number=4))
+
+
+def test_missing_id_column_fails_before_any_request(abm, tmp_path):
+    list_id = _make_list(abm, tmp_path)
+    path = tmp_path / "wrong.csv"
+    path.write_text("AccountId,Name\n001000000000001,Acme\n")
+    before = len(abm.requests_seen())
+    with pytest.raises(AirflowFailException, match=r"no column \['id'\].*set column_map"):
+        AddAccountsToListOperator(task_id="add", list_id=list_id, accounts_path=str(path)).execute(
+            _context(tmp_path)
+        )
+    seen = abm.requests_seen()
+    adds = [r for r in seen[before:] if "/accounts/add" in str(r.get("path", ""))]
+    assert adds == []
+    assert _member_ids(abm, list_id) == set()

@@ -1,0 +1,282 @@
+"""Unit tests for the pure parts of the account-list operators: sources, validation, batching, rejects.
+
+No emulator here: these pin the behaviour the operators build on, so a failure points at the piece.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from abm_provider.accounts import (
+    REJECTS_COLUMNS,
+    AccountValidator,
+    CsvSource,
+    IterableSource,
+    ParquetSource,
+    RejectsWriter,
+    SourceRow,
+    SqlSource,
+    detect_file_format,
+    iter_batches,
+    normalise_column_map,
+    open_file_source,
+    rejects_location,
+)
+
+GOOD = "001000000000001"
+
+
+def _read_rejects(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+# --- validation ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("row", "reason_start"),
+    [
+        ({"name": "x"}, "missing id (no column 'id')"),
+        ({"id": None}, "missing id (null)"),
+        ({"id": 1234}, "id must be a string, got int"),
+        ({"id": ""}, "empty id"),
+        ({"id": "   "}, "empty id"),
+        ({"id": "0" * 256}, "id is 256 characters"),
+        ({"id": "001 000"}, "id contains whitespace"),
+        ({"id": "001\x00abc"}, "id contains whitespace or control"),
+        ({"id": GOOD, "name": 5}, "name must be a string, got int"),
+        ({"id": GOOD, "crmOrgId": ["a"]}, "crmOrgId must be a string, got list"),
+        ({"id": GOOD, "name": "a\x01b"}, "name contains control characters"),
+        ({"id": GOOD, "crmType": "HUBSPOT"}, "unknown crmType 'HUBSPOT'"),
+        ({"id": GOOD, "crmType": "salesforce"}, "unknown crmType 'salesforce'"),
+        ({"id": GOOD, "crmType": 3}, "crmType must be a string, got int"),
+        (["001", "x"], "row is not a mapping"),
+    ],
+)
+def test_validator_rejects_with_reason(row, reason_start):
+    account, reason = AccountValidator().validate(row)
+    assert account is None
+    assert reason is not None and reason.startswith(reason_start), reason
+
+
+def test_validator_builds_payload_with_defaults_and_trimming():
+    validator = AccountValidator()
+    account, reason = validator.validate({"id": f"  {GOOD} ", "name": " Acme, Inc ", "crmOrgId": "", "x": 1})
+    assert reason is None
+    assert account == {"id": GOOD, "name": "Acme, Inc", "crmType": "SALESFORCE"}
+    account, _ = validator.validate({"id": GOOD, "crmType": "SALESFORCE", "crmOrgId": "00D1"})
+    assert account == {"id": GOOD, "crmOrgId": "00D1", "crmType": "SALESFORCE"}
+
+
+def test_validator_column_map_and_remove_fields():
+    validator = AccountValidator(
+        {"id": "account_id", "name": "account_name"}, fields=("id", "crmOrgId", "crmType")
+    )
+    account, reason = validator.validate({"account_id": GOOD, "account_name": 7, "crmOrgId": "org"})
+    # name is not part of a remove request, so a bad name does not stop the removal
+    assert reason is None
+    assert account == {"id": GOOD, "crmOrgId": "org", "crmType": "SALESFORCE"}
+    assert validator.validate({"id": GOOD})[1] == "missing id (no column 'account_id')"
+
+
+def test_column_map_rejects_unknown_fields_and_reports_missing_columns():
+    with pytest.raises(ValueError, match="unknown keys \\['crmorgid'\\]"):
+        normalise_column_map({"crmorgid": "org"})
+    with pytest.raises(ValueError, match="non-empty column name"):
+        normalise_column_map({"id": ""})
+    validator = AccountValidator({"id": "acct", "name": "nm"})
+    assert validator.missing_columns(["acct", "nm"]) == []
+    assert validator.missing_columns(["id", "name"]) == ["acct", "nm"]
+    # default columns that are absent are fine: only id is required
+    assert AccountValidator().missing_columns(["id"]) == []
+
+
+# --- batching --------------------------------------------------------------------------------------
+
+
+def test_iter_batches_splits_and_routes_invalid_rows_in_order():
+    rows = []
+    for n in range(1, 2351):
+        data = {"id": f"001{n:012d}"} if n % 500 else {"id": None}
+        rows.append(SourceRow(n, None, data))
+    invalid = []
+    batches = list(iter_batches(rows, AccountValidator(), 1000, invalid.append))
+    assert [len(b) for b in batches] == [1000, 1000, 346]
+    assert [i.row.row_number for i in invalid] == [500, 1000, 1500, 2000]
+    assert all(i.reason == "missing id (null)" for i in invalid)
+    # each account keeps the row it came from
+    account, row = batches[1][0]
+    assert account["id"] == f"001{row.row_number:012d}"
+    with pytest.raises(ValueError, match="between 1 and 1000"):
+        list(iter_batches(rows, AccountValidator(), 1001, invalid.append))
+
+
+def test_iter_batches_reads_lazily_one_batch_ahead_at_most():
+    consumed = 0
+
+    def endless():
+        nonlocal consumed
+        n = 0
+        while True:
+            n += 1
+            consumed += 1
+            yield {"id": f"001{n:012d}"}
+
+    with IterableSource(endless()).open() as opened:
+        batches = iter_batches(opened.rows, AccountValidator(), 250, lambda _: None)
+        first = next(batches)
+        assert len(first) == 250
+        assert consumed == 250
+        next(batches)
+        assert consumed == 500
+
+
+def test_iterable_source_refuses_a_single_mapping():
+    with pytest.raises(TypeError, match="wrap one account in a list"):
+        IterableSource({"id": GOOD})
+
+
+# --- files -----------------------------------------------------------------------------------------
+
+
+def test_csv_source_keeps_strings_quotes_newlines_and_reports_lines(tmp_path):
+    path = tmp_path / "accounts.csv"
+    path.write_bytes(
+        "\ufeffid,name,crmOrgId\n"
+        '00123,"Acme, ""Inc""",org\n'
+        '001000000000002,"two\nlines",\n'
+        "\n"
+        "bad,row\n"
+        "001000000000004,Zoë,o\n".encode()
+    )
+    with CsvSource(path).open() as opened:
+        assert opened.columns == ["id", "name", "crmOrgId"]
+        rows = list(opened.rows)
+    assert [(r.row_number, r.line) for r in rows] == [(1, 2), (2, 3), (3, 6), (4, 7)]
+    assert rows[0].data == {"id": "00123", "name": 'Acme, "Inc"', "crmOrgId": "org"}
+    assert rows[1].data["name"] == "two\nlines"
+    assert rows[3].data["name"] == "Zoë"
+    account, reason = AccountValidator().validate(rows[2].data)
+    assert account is None and reason == "malformed CSV record: expected 3 fields, got 2"
+
+
+def test_csv_source_reads_gzip_and_rejects_empty_or_duplicate_headers(tmp_path):
+    gz = tmp_path / "a.csv.gz"
+    with gzip.open(gz, "wt", encoding="utf-8", newline="") as fh:
+        fh.write("id\n" + "".join(f"001{n:012d}\n" for n in range(5)))
+    source = open_file_source(gz)
+    assert isinstance(source, CsvSource)
+    with source.open() as opened:
+        assert [r.data["id"] for r in opened.rows][-1] == "001000000000004"
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="needs a header row"), CsvSource(empty).open():
+        pass
+    dup = tmp_path / "dup.csv"
+    dup.write_text("id,id\n1,2\n")
+    with pytest.raises(ValueError, match="duplicate column names \\['id'\\]"), CsvSource(dup).open():
+        pass
+
+
+def test_parquet_source_streams_batches_and_keeps_types(tmp_path):
+    path = tmp_path / "accounts.parquet"
+    table = pa.table({"id": [f"001{n:012d}" for n in range(2500)], "n": list(range(2500))})
+    pq.write_table(table, path, row_group_size=1000)
+    source = open_file_source(str(path), read_batch_size=300)
+    assert isinstance(source, ParquetSource)
+    with source.open() as opened:
+        assert opened.columns == ["id", "n"]
+        rows = list(opened.rows)
+    assert len(rows) == 2500 and rows[-1].row_number == 2500
+    assert rows[7].data == {"id": "001000000000007", "n": 7}
+    ints = tmp_path / "ints.parquet"
+    pq.write_table(pa.table({"id": [1, 2]}), ints)
+    with ParquetSource(ints).open() as opened:
+        reasons = [AccountValidator().validate(r.data)[1] for r in opened.rows]
+    assert reasons == ["id must be a string, got int 1", "id must be a string, got int 2"]
+
+
+def test_detect_file_format():
+    assert detect_file_format("s3://b/k/accounts.CSV") == "csv"
+    assert detect_file_format("/x/a.csv.gz") == "csv"
+    assert detect_file_format("/x/a.parquet") == "parquet"
+    assert detect_file_format("/x/a.data", "parquet") == "parquet"
+    with pytest.raises(ValueError, match="set file_format"):
+        detect_file_format("/x/a.json")
+    with pytest.raises(ValueError, match="'csv' or 'parquet'"):
+        detect_file_format("/x/a.csv", "xlsx")
+
+
+# --- SQL -------------------------------------------------------------------------------------------
+
+
+def test_sql_source_streams_a_duckdb_query(tmp_path, monkeypatch):
+    import duckdb
+
+    db = tmp_path / "crm.duckdb"
+    with duckdb.connect(str(db)) as conn:
+        conn.execute(
+            "CREATE TABLE accounts AS SELECT printf('001%012d', i) AS account_id, 'n' || i AS account_name "
+            "FROM range(2500) t(i)"
+        )
+    monkeypatch.setenv("AIRFLOW_CONN_CRM_DUCKDB", json.dumps({"conn_type": "duckdb", "host": str(db)}))
+    source = SqlSource(
+        "SELECT account_id, account_name FROM accounts WHERE account_id >= ? ORDER BY account_id",
+        "crm_duckdb",
+        parameters=["001000000000500"],
+        fetch_size=400,
+    )
+    with source.open() as opened:
+        assert opened.columns == ["account_id", "account_name"]
+        rows = list(opened.rows)
+    assert len(rows) == 2000
+    assert rows[0] == SourceRow(1, None, {"account_id": "001000000000500", "account_name": "n500"})
+
+
+def test_sql_source_refuses_a_non_sql_connection(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_NOT_SQL", json.dumps({"conn_type": "http", "host": "example.com"}))
+    with (
+        pytest.raises(TypeError, match="not a common-sql DbApiHook"),
+        SqlSource("SELECT 1", "not_sql").open(),
+    ):
+        pass
+
+
+# --- rejects ---------------------------------------------------------------------------------------
+
+
+def test_rejects_writer_is_lazy_and_keeps_the_original_row(tmp_path):
+    target = tmp_path / "deep" / "rejects.csv"
+    with RejectsWriter(target) as writer:
+        pass
+    assert not target.exists() and not writer.written
+    with RejectsWriter(target, id_column="acct") as writer:
+        writer.write("empty id", SourceRow(3, 4, {"acct": "", "name": 'Zoë, "the" one'}))
+        writer.write("not found", None, {"id": "001bad"})
+    assert writer.count == 2
+    rows = _read_rejects(target)
+    assert list(rows[0]) == list(REJECTS_COLUMNS)
+    assert rows[0]["row_number"] == "3" and rows[0]["line"] == "4" and rows[0]["reason"] == "empty id"
+    assert json.loads(rows[0]["row"]) == {"acct": "", "name": 'Zoë, "the" one'}
+    assert rows[1]["row_number"] == "" and rows[1]["id"] == "001bad"
+
+
+def test_rejects_location_is_keyed_by_run_and_try(tmp_path):
+    path = rejects_location(
+        str(tmp_path),
+        dag_id="sync",
+        run_id="manual__2026-11-22T03:20:00+00:00",
+        task_id="group.add",
+        try_number=2,
+        map_index=3,
+    )
+    assert str(path).endswith("/rejects/sync/manual__2026-11-22T03_20_00_00_00/group.add.3/try_2.csv")
+    assert str(path).startswith("file://" + str(tmp_path)) or str(path).startswith(str(tmp_path))

@@ -1,0 +1,113 @@
+"""Bad records go to the rejects file with their line, the reason and the raw text; nothing vanishes."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+from loadtest_support import TACTIC_COLUMNS, download_xcom, expected, tactic_rows
+
+from abm_provider.warehouse.rejects import read_rejects
+
+GOOD = tactic_rows([dt.date(2026, 10, 1), dt.date(2026, 10, 2), dt.date(2026, 10, 3)], 2, version=1)
+
+
+def line(row: dict[str, str], **changes: str) -> str:
+    values = [changes.get(c, row[c]) for c in TACTIC_COLUMNS]
+    return ",".join('"' + v.replace('"', '""') + '"' if any(ch in v for ch in ',"\n') else v for v in values)
+
+
+def messy_file(path: Path) -> tuple[Path, list[dict[str, str]]]:
+    """A file whose every kind of bad record sits on a known line; returns the rows that must load."""
+    g = GOOD
+    lines = [
+        ",".join(TACTIC_COLUMNS),  # line 1
+        line(g[0]),  # 2: superseded by line 11 (same key)
+        line(g[1], impressions="12x"),  # 3
+        line(g[2], date="2026-02-30"),  # 4
+        "2026-10-02,c1,short,t1,row,1,2",  # 5: 7 fields
+        None,  # 6: not UTF-8 (written below)
+        line(g[3], campaign_name="two\nlines"),  # 7-8: good, spans two lines
+        line(g[4], tactic_id=""),  # 9: missing key
+        line(g[5], spend="1.005"),  # 10
+        line(g[0], clicks="7"),  # 11: wins over line 2
+        line(dict(g[5], tactic_id="t7")),  # 12
+    ]
+    data = b""
+    for text in lines:
+        if text is None:
+            data += b"2026-10-03,c0,Caf\xe9 latin-1,t5,x,1,1,1.00\n"
+        else:
+            data += text.encode("utf-8") + b"\n"
+    path.write_bytes(data)
+    loaded = [dict(g[3], campaign_name="two\nlines"), dict(g[0], clicks="7"), dict(g[5], tactic_id="t7")]
+    return path, loaded
+
+
+def test_bad_records_are_rejected_with_line_reason_and_raw_text(warehouse, tmp_path):
+    path, loaded = messy_file(tmp_path / "messy.csv")
+
+    out = warehouse.operator(source=download_xcom(path, "m1"), max_rejected=10).execute(context={})
+
+    assert warehouse.contents() == expected("TACTIC_PERFORMANCE", loaded)
+    assert (out["rows_loaded"], out["rows_rejected"]) == (3, 7)
+    rejects = {int(r["line"]): r for r in read_rejects(Path(out["rejects_path"]))}
+    assert out["rejects_path"] == str(tmp_path / "messy.csv.rejects.csv")
+    assert sorted(rejects) == [2, 3, 4, 5, 6, 9, 10]
+    assert "duplicate natural key" in rejects[2]["reason"]
+    assert "column impressions: expected an integer" in rejects[3]["reason"]
+    assert "12x" in rejects[3]["raw"]
+    assert "column date: expected a date" in rejects[4]["reason"]
+    assert "malformed record" in rejects[5]["reason"] and rejects[5]["raw"] == "2026-10-02,c1,short,t1,row,1,2"
+    assert "malformed record" in rejects[6]["reason"]
+    assert "utf-8" in rejects[6]["reason"].lower() or "encoding" in rejects[6]["reason"].lower()
+    assert "\\xe9" in rejects[6]["raw"]  # the offending byte stays visible
+    assert "missing value in key column tactic_id" in rejects[9]["reason"]
+    assert "column spend: expected a decimal" in rejects[10]["reason"]
+    assert [r[4] for r in warehouse.ledger_rows()] == [7]
+
+
+def test_value_errors_only_keep_the_fast_path_and_their_lines(native_warehouse, tmp_path):
+    rows = tactic_rows([dt.date(2026, 10, 1)], 4, version=3)
+    text = [",".join(TACTIC_COLUMNS), *(line(r) for r in rows[:3]), line(rows[3], clicks="-")]
+    path = tmp_path / "values.csv"
+    path.write_text("\n".join(text) + "\n", encoding="utf-8")
+
+    out = native_warehouse.operator(source=download_xcom(path, "v1"), max_rejected=0.3).execute(context={})
+
+    assert out["rows_rejected"] == 1 and out["rows_loaded"] == 3
+    (reject,) = read_rejects(Path(out["rejects_path"]))
+    assert reject["line"] == "5" and "column clicks" in reject["reason"]
+
+
+def test_past_the_threshold_nothing_is_loaded_and_the_rejects_say_why(warehouse, tmp_path):
+    path, _ = messy_file(tmp_path / "messy.csv")
+    rejects_path = tmp_path / "out" / "rejected.csv"
+
+    with pytest.raises(AirflowFailException, match=r"7 of 10 records were rejected.*rejected\.csv"):
+        warehouse.operator(
+            source=download_xcom(path, "m1"), max_rejected=6, rejects_path=str(rejects_path)
+        ).execute(context={})
+
+    assert not warehouse.exists()
+    assert len(read_rejects(rejects_path)) == 7
+
+
+def test_a_fraction_threshold_counts_against_all_records(native_warehouse, tmp_path):
+    path, loaded = messy_file(tmp_path / "messy.csv")
+    with pytest.raises(AirflowFailException, match="more than max_rejected=50.00% of 10 records"):
+        native_warehouse.operator(source=download_xcom(path, "m1"), max_rejected=0.5).execute(context={})
+    out = native_warehouse.operator(source=download_xcom(path, "m1"), max_rejected=0.75).execute(context={})
+    assert out["rows_loaded"] == 3
+
+
+def test_a_clean_reload_removes_a_stale_rejects_file(native_warehouse, tmp_path):
+    path, _ = messy_file(tmp_path / "data.csv")
+    native_warehouse.operator(source=download_xcom(path, "m1"), max_rejected=10).execute(context={})
+    stale = tmp_path / "data.csv.rejects.csv"
+    assert stale.exists()
+    path.write_text(",".join(TACTIC_COLUMNS) + "\n" + line(GOOD[0]) + "\n", encoding="utf-8")
+    out = native_warehouse.operator(source=download_xcom(path, "m2")).execute(context={})
+    assert out["rows_rejected"] == 0 and out["rejects_path"] is None and not stale.exists()
