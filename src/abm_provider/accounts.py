@@ -116,8 +116,12 @@ class AccountValidator:
         default_crm_type: str = DEFAULT_CRM_TYPE,
         crm_types: Iterable[str] = KNOWN_CRM_TYPES,
         max_field_length: int = DEFAULT_MAX_FIELD_LENGTH,
+        default_crm_org_id: str | None = None,
     ) -> None:
         self.column_map = normalise_column_map(column_map)
+        if default_crm_org_id is not None and not default_crm_org_id.strip():
+            raise ValueError("default_crm_org_id must be a non-empty string or None")
+        self.default_crm_org_id = default_crm_org_id.strip() if default_crm_org_id else None
         self.fields = tuple(fields)
         self.crm_types = frozenset(crm_types)
         if default_crm_type not in self.crm_types:
@@ -130,6 +134,9 @@ class AccountValidator:
         self.max_field_length = max_field_length
         self.id_column = self.column_map["id"]
         self._optional = [(f, self.column_map[f]) for f in ("name", "crmOrgId") if f in self.fields]
+        # The service keys a membership by (crmOrgId, id) and rejects a whole request when one account
+        # lacks the org, so a row without one is a reject here unless a single-org default is set.
+        self._org_required = "crmOrgId" in self.fields
         self._crm_type_column = self.column_map["crmType"] if "crmType" in self.fields else None
 
     def missing_columns(self, columns: Sequence[str]) -> list[str]:
@@ -195,6 +202,14 @@ class AccountValidator:
                 return None, f"unknown crmType {crm_type!r} (expected one of {sorted(self.crm_types)})"
             else:
                 account["crmType"] = crm_type.strip()
+        if self._org_required and "crmOrgId" not in account:
+            if self.default_crm_org_id is None:
+                column = self.column_map["crmOrgId"]
+                return None, (
+                    f"missing crmOrgId (column {column!r} absent or empty; "
+                    "set default_crm_org_id when every account is in one CRM org)"
+                )
+            account["crmOrgId"] = self.default_crm_org_id
         return account, None
 
 

@@ -27,6 +27,7 @@ from abm_provider.operators.account_lists import (
 )
 
 ROWS = 25_000
+ORG = "00D000000000001"  # one Salesforce org, as most users have
 INVALID_KINDS = (
     ("", "empty id"),
     ("001 with space", "id contains whitespace"),
@@ -160,7 +161,12 @@ def _dataset() -> tuple[list[dict[str, Any]], set[str], dict[int, str], set[int]
     not_found: set[int] = set()
     for i in range(ROWS):
         number = i + 1
-        row = {"account_id": f"001{i:012d}", "account_name": f"Company {i}, Inc", "crm_type": "SALESFORCE"}
+        row = {
+            "account_id": f"001{i:012d}",
+            "account_name": f"Company {i}, Inc",
+            "org": ORG,
+            "crm_type": "SALESFORCE",
+        }
         if i % 97 == 13:
             value, reason = INVALID_KINDS[(i // 97) % len(INVALID_KINDS)]
             if value == "HUBSPOT":
@@ -177,7 +183,7 @@ def _dataset() -> tuple[list[dict[str, Any]], set[str], dict[int, str], set[int]
     return rows, valid, invalid, not_found
 
 
-COLUMN_MAP = {"id": "account_id", "name": "account_name", "crmType": "crm_type"}
+COLUMN_MAP = {"id": "account_id", "name": "account_name", "crmOrgId": "org", "crmType": "crm_type"}
 
 
 def _write_source(kind: str, rows: list[dict[str, Any]], tmp_path: Path, monkeypatch) -> dict[str, Any]:
@@ -199,16 +205,16 @@ def _write_source(kind: str, rows: list[dict[str, Any]], tmp_path: Path, monkeyp
     db = tmp_path / "crm.duckdb"
     with duckdb.connect(str(db)) as conn:
         conn.execute(
-            "CREATE TABLE crm_accounts "
-            "(n INTEGER, account_id VARCHAR, account_name VARCHAR, crm_type VARCHAR)"
+            "CREATE OR REPLACE TABLE crm_accounts "
+            "(n INTEGER, account_id VARCHAR, account_name VARCHAR, org VARCHAR, crm_type VARCHAR)"
         )
         conn.executemany(
-            "INSERT INTO crm_accounts VALUES (?, ?, ?, ?)",
-            [(n, r["account_id"], r["account_name"], r["crm_type"]) for n, r in enumerate(rows, 1)],
+            "INSERT INTO crm_accounts VALUES (?, ?, ?, ?, ?)",
+            [(n, r["account_id"], r["account_name"], r["org"], r["crm_type"]) for n, r in enumerate(rows, 1)],
         )
     monkeypatch.setenv("AIRFLOW_CONN_CRM_DUCKDB", json.dumps({"conn_type": "duckdb", "host": str(db)}))
     return {
-        "sql": "SELECT account_id, account_name, crm_type FROM crm_accounts ORDER BY n",
+        "sql": "SELECT account_id, account_name, org, crm_type FROM crm_accounts ORDER BY n",
         "sql_conn_id": "crm_duckdb",
     }
 
@@ -267,13 +273,14 @@ def test_add_25k_accounts_from_each_source(abm, tmp_path, monkeypatch, kind):
 def test_remove_accounts(abm, tmp_path):
     list_id = _make_list(abm, tmp_path)
     ids = [f"001{i:012d}" for i in range(2500)]
-    AddAccountsToListOperator(task_id="add", list_id=list_id, accounts=[{"id": i} for i in ids]).execute(
-        _context(tmp_path)
-    )
+    AddAccountsToListOperator(
+        task_id="add", list_id=list_id, default_crm_org_id=ORG, accounts=[{"id": i} for i in ids]
+    ).execute(_context(tmp_path))
     to_remove = [{"id": i, "name": 42} for i in ids[:1200]] + [{"id": None}]
     summary = RemoveAccountsFromListOperator(
         task_id="remove",
         list_id=list_id,
+        default_crm_org_id=ORG,
         accounts=to_remove,
         max_rejected=1,
         rejects_base=str(tmp_path / "state"),
@@ -293,13 +300,23 @@ def test_max_rejected_fails_fast_and_warn_mode_completes(abm, tmp_path):
     accounts[2499] = {"id": ""}
     with pytest.raises(AirflowFailException, match=r"max_rejected=1 invalid rows \(2 by row 2500\)"):
         AddAccountsToListOperator(
-            task_id="add", list_id=list_id, accounts=accounts, max_rejected=1, batch_size=500
+            task_id="add",
+            list_id=list_id,
+            default_crm_org_id=ORG,
+            accounts=accounts,
+            max_rejected=1,
+            batch_size=500,
         ).execute(_context(tmp_path))
     # the four full batches of 500 before the limit was passed were sent; nothing after them
     assert len(_member_ids(abm, list_id)) == 2000
 
     summary = AddAccountsToListOperator(
-        task_id="add", list_id=list_id, accounts=accounts, max_rejected=1, on_limit="warn"
+        task_id="add",
+        list_id=list_id,
+        default_crm_org_id=ORG,
+        accounts=accounts,
+        max_rejected=1,
+        on_limit="warn",
     ).execute(_context(tmp_path, try_number=2))
     assert summary["rejected"] == 2 and summary["added"] == 3000 - 2 - 2000
     assert len(_member_ids(abm, list_id)) == 3000 - 2
@@ -308,13 +325,18 @@ def test_max_rejected_fails_fast_and_warn_mode_completes(abm, tmp_path):
         AddAccountsToListOperator(
             task_id="add",
             list_id=list_id,
+            default_crm_org_id=ORG,
             accounts=accounts,
             max_rejected=None,
             max_rejected_fraction=0.0005,
         ).execute(_context(tmp_path, try_number=3))
     with pytest.raises(AirflowFailException, match="max_not_found=0"):
         AddAccountsToListOperator(
-            task_id="add", list_id=list_id, accounts=[{"id": "999000000000001"}], max_not_found=0
+            task_id="add",
+            list_id=list_id,
+            default_crm_org_id=ORG,
+            accounts=[{"id": "999000000000001"}],
+            max_not_found=0,
         ).execute(_context(tmp_path, try_number=4))
 
 
@@ -324,9 +346,9 @@ def test_missing_id_column_fails_before_any_request(abm, tmp_path):
     path.write_text("AccountId,Name\n001000000000001,Acme\n")
     before = len(abm.requests_seen())
     with pytest.raises(AirflowFailException, match=r"no column \['id'\].*set column_map"):
-        AddAccountsToListOperator(task_id="add", list_id=list_id, accounts_path=str(path)).execute(
-            _context(tmp_path)
-        )
+        AddAccountsToListOperator(
+            task_id="add", list_id=list_id, default_crm_org_id=ORG, accounts_path=str(path)
+        ).execute(_context(tmp_path))
     seen = abm.requests_seen()
     adds = [r for r in seen[before:] if "/accounts/add" in str(r.get("path", ""))]
     assert adds == []

@@ -62,16 +62,20 @@ def _read_rejects(path: Path) -> list[dict[str, str]]:
     ],
 )
 def test_validator_rejects_with_reason(row, reason_start):
-    account, reason = AccountValidator().validate(row)
+    account, reason = AccountValidator(default_crm_org_id="00D1").validate(row)
     assert account is None
     assert reason is not None and reason.startswith(reason_start), reason
 
 
 def test_validator_builds_payload_with_defaults_and_trimming():
     validator = AccountValidator()
-    account, reason = validator.validate({"id": f"  {GOOD} ", "name": " Acme, Inc ", "crmOrgId": "", "x": 1})
+    row = {"id": f"  {GOOD} ", "name": " Acme, Inc ", "crmOrgId": "", "x": 1}
+    account, reason = validator.validate(row)
+    assert account is None and reason is not None
+    assert reason.startswith("missing crmOrgId (column 'crmOrgId' absent or empty; set default_crm_org_id")
+    account, reason = AccountValidator(default_crm_org_id=" 00D9 ").validate(row)
     assert reason is None
-    assert account == {"id": GOOD, "name": "Acme, Inc", "crmType": "SALESFORCE"}
+    assert account == {"id": GOOD, "name": "Acme, Inc", "crmOrgId": "00D9", "crmType": "SALESFORCE"}
     account, _ = validator.validate({"id": GOOD, "crmType": "SALESFORCE", "crmOrgId": "00D1"})
     assert account == {"id": GOOD, "crmOrgId": "00D1", "crmType": "SALESFORCE"}
 
@@ -108,7 +112,7 @@ def test_iter_batches_splits_and_routes_invalid_rows_in_order():
         data = {"id": f"001{n:012d}"} if n % 500 else {"id": None}
         rows.append(SourceRow(n, None, data))
     invalid = []
-    batches = list(iter_batches(rows, AccountValidator(), 1000, invalid.append))
+    batches = list(iter_batches(rows, AccountValidator(default_crm_org_id="00D1"), 1000, invalid.append))
     assert [len(b) for b in batches] == [1000, 1000, 346]
     assert [i.row.row_number for i in invalid] == [500, 1000, 1500, 2000]
     assert all(i.reason == "missing id (null)" for i in invalid)
@@ -131,7 +135,7 @@ def test_iter_batches_reads_lazily_one_batch_ahead_at_most():
             yield {"id": f"001{n:012d}"}
 
     with IterableSource(endless()).open() as opened:
-        batches = iter_batches(opened.rows, AccountValidator(), 250, lambda _: None)
+        batches = iter_batches(opened.rows, AccountValidator(default_crm_org_id="00D1"), 250, lambda _: None)
         first = next(batches)
         assert len(first) == 250
         assert consumed == 250

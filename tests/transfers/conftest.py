@@ -125,10 +125,14 @@ def make_warehouse(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, r
         monkeypatch.setenv("AIRFLOW_CONN_WH_DUCKDB", duckdb_conn_env(tmp_path / "wh.duckdb"))
         return Warehouse(kind, "wh_duckdb", "tactic_perf", "auto")
     if kind == "sqlite":
-        return Warehouse(kind, "wh_sqlite", "tactic_perf", "generic", hook=SqliteTestHook(tmp_path / "wh.sqlite"))
+        return Warehouse(
+            kind, "wh_sqlite", "tactic_perf", "generic", hook=SqliteTestHook(tmp_path / "wh.sqlite")
+        )
     schema = request.getfixturevalue("pg_schema")
     monkeypatch.setenv("AIRFLOW_CONN_WH_PG", postgres_conn_env())
-    return Warehouse(kind, "wh_pg", f"{schema}.tactic_perf", "generic" if kind == "postgres_generic" else "auto")
+    return Warehouse(
+        kind, "wh_pg", f"{schema}.tactic_perf", "generic" if kind == "postgres_generic" else "auto"
+    )
 
 
 @pytest.fixture(params=["duckdb", "postgres", "postgres_generic", "sqlite"])

@@ -12,7 +12,16 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-TACTIC_COLUMNS = ["date", "campaign_id", "campaign_name", "tactic_id", "tactic_name", "impressions", "clicks", "spend"]
+TACTIC_COLUMNS = [
+    "date",
+    "campaign_id",
+    "campaign_name",
+    "tactic_id",
+    "tactic_name",
+    "impressions",
+    "clicks",
+    "spend",
+]
 ACCOUNT_COLUMNS = [
     "date",
     "tactic_id",
@@ -26,11 +35,16 @@ ACCOUNT_COLUMNS = [
     "page_views",
     "engaged_visitors",
 ]
-KEYS = {"TACTIC_PERFORMANCE": ("date", "tactic_id"), "DISPLAY_TACTIC_ACCOUNT_PERFORMANCE": ("date", "tactic_id", "account_id")}
-NAMES = ["Spring, \"Launch\"", "Café Münster", "Ørsted ÆØÅ", "plain", "multi\nline", "日本語 キャンペーン"]
+KEYS = {
+    "TACTIC_PERFORMANCE": ("date", "tactic_id"),
+    "DISPLAY_TACTIC_ACCOUNT_PERFORMANCE": ("date", "tactic_id", "account_id"),
+}
+NAMES = ['Spring, "Launch"', "Café Münster", "Ørsted ÆØÅ", "plain", "multi\nline", "日本語 キャンペーン"]
 
 
-def tactic_rows(days: Sequence[dt.date], tactics: int, *, version: int, seed: int = 1) -> list[dict[str, str]]:
+def tactic_rows(
+    days: Sequence[dt.date], tactics: int, *, version: int, seed: int = 1
+) -> list[dict[str, str]]:
     """TACTIC_PERFORMANCE rows; ``version`` changes every figure, as a restatement does."""
     rows = []
     for day in days:
@@ -52,7 +66,9 @@ def tactic_rows(days: Sequence[dt.date], tactics: int, *, version: int, seed: in
     return rows
 
 
-def account_rows(days: Sequence[dt.date], tactics: int, accounts: int, *, version: int) -> list[dict[str, str]]:
+def account_rows(
+    days: Sequence[dt.date], tactics: int, accounts: int, *, version: int
+) -> list[dict[str, str]]:
     rows = []
     for day in days:
         for t in range(tactics):
@@ -144,4 +160,6 @@ def duckdb_conn_env(path: Path, **extra: Any) -> str:
 
 
 def postgres_conn_env(schema: str = "test") -> str:
-    return json.dumps({"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres", "schema": schema})
+    return json.dumps(
+        {"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres", "schema": schema}
+    )

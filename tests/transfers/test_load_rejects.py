@@ -60,7 +60,9 @@ def test_bad_records_are_rejected_with_line_reason_and_raw_text(warehouse, tmp_p
     assert "column impressions: expected an integer" in rejects[3]["reason"]
     assert "12x" in rejects[3]["raw"]
     assert "column date: expected a date" in rejects[4]["reason"]
-    assert "malformed record" in rejects[5]["reason"] and rejects[5]["raw"] == "2026-10-02,c1,short,t1,row,1,2"
+    assert (
+        "malformed record" in rejects[5]["reason"] and rejects[5]["raw"] == "2026-10-02,c1,short,t1,row,1,2"
+    )
     assert "malformed record" in rejects[6]["reason"]
     assert "utf-8" in rejects[6]["reason"].lower() or "encoding" in rejects[6]["reason"].lower()
     assert "\\xe9" in rejects[6]["raw"]  # the offending byte stays visible

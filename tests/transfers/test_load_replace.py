@@ -41,7 +41,9 @@ def test_restated_days_replace_earlier_figures(warehouse, tmp_path):
     assert (out1["rows_loaded"], out1["rows_deleted"], out1["rows_rejected"]) == (70, 0, 0)
     # 2 restated days x 7 tactics replaced, 4 days x 7 tactics written.
     assert (out2["rows_loaded"], out2["rows_replaced"], out2["rows_rejected"]) == (28, 14, 0)
-    assert out2["execution_id"] == "exec-2" and out2["sha256"] == n1["sha256"] and out2["bytes"] == n1["bytes"]
+    assert (
+        out2["execution_id"] == "exec-2" and out2["sha256"] == n1["sha256"] and out2["bytes"] == n1["bytes"]
+    )
     assert warehouse.ledger_rows() == [("exec-1", n["sha256"], 70, 0, 0), ("exec-2", n1["sha256"], 28, 14, 0)]
     lineage = warehouse.query(f"SELECT DISTINCT _execution_id FROM {warehouse.table} ORDER BY 1")
     assert [r[0] for r in lineage] == ["exec-1", "exec-2"]
@@ -67,7 +69,9 @@ def test_loading_the_same_execution_again_changes_nothing(warehouse, tmp_path, c
     assert len(warehouse.ledger_rows()) == 3
 
 
-def test_a_failure_between_delete_and_insert_leaves_table_and_ledger_unchanged(warehouse, tmp_path, monkeypatch):
+def test_a_failure_between_delete_and_insert_leaves_table_and_ledger_unchanged(
+    warehouse, tmp_path, monkeypatch
+):
     first, second, n, n1 = two_executions(tmp_path)
     warehouse.operator(source=n).execute(context={})
     before = warehouse.contents()
@@ -104,7 +108,9 @@ def test_account_export_uses_its_three_column_key(native_warehouse, tmp_path):
 def test_key_columns_override_and_bare_path_source(native_warehouse, tmp_path):
     """With key ``date`` only, a new file replaces whole days, even a tactic it no longer lists."""
     first = tactic_rows(days(START, 2), 1, version=1)  # t0 on both days
-    second = [dict(r, tactic_id="t9") for r in tactic_rows(days(START + dt.timedelta(days=1), 1), 1, version=2)]
+    second = [
+        dict(r, tactic_id="t9") for r in tactic_rows(days(START + dt.timedelta(days=1), 1), 1, version=2)
+    ]
     p1 = write_csv(tmp_path / "k1.csv", TACTIC_COLUMNS, first)
     p2 = write_csv(tmp_path / "k2.csv", TACTIC_COLUMNS, second)
     for i, path in enumerate((p1, p2)):

@@ -71,7 +71,9 @@ def test_every_record_is_loaded_or_rejected_exactly_once(warehouse, tmp_path, ge
         lines.append(line)
         line += raw.count("\n")
 
-    out = warehouse.operator(source=download_xcom(path, "rt"), table=table, max_rejected=10**6).execute(context={})
+    out = warehouse.operator(source=download_xcom(path, "rt"), table=table, max_rejected=10**6).execute(
+        context={}
+    )
 
     rejects = read_rejects(Path(out["rejects_path"])) if out["rejects_path"] else []
     rejected = [int(r["record"]) for r in rejects]
@@ -80,7 +82,9 @@ def test_every_record_is_loaded_or_rejected_exactly_once(warehouse, tmp_path, ge
     for r in rejects:
         assert int(r["line"]) == lines[int(r["record"]) - 1]
     with warehouse_cursor(warehouse) as cur:
-        loaded = table_contents(cur, table, "TACTIC_PERFORMANCE") if out["rows_loaded"] or not rejected else {}
+        loaded = (
+            table_contents(cur, table, "TACTIC_PERFORMANCE") if out["rows_loaded"] or not rejected else {}
+        )
     assert out["rows_loaded"] + out["rows_rejected"] == len(raws)
     assert len(loaded) == out["rows_loaded"]
 

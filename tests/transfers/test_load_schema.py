@@ -20,8 +20,12 @@ def test_a_missing_column_fails_naming_it_before_anything_is_created(warehouse, 
 
 
 def test_an_unknown_column_fails_naming_it(warehouse, tmp_path):
-    path = write_csv(tmp_path / "extra.csv", [*TACTIC_COLUMNS, "video_views"], [dict(r, video_views="5") for r in ROWS])
-    with pytest.raises(AirflowFailException, match=r"\['video_views'\] are not in export type TACTIC_PERFORMANCE"):
+    path = write_csv(
+        tmp_path / "extra.csv", [*TACTIC_COLUMNS, "video_views"], [dict(r, video_views="5") for r in ROWS]
+    )
+    with pytest.raises(
+        AirflowFailException, match=r"\['video_views'\] are not in export type TACTIC_PERFORMANCE"
+    ):
         warehouse.operator(source=download_xcom(path, "x1")).execute(context={})
 
 
@@ -34,7 +38,9 @@ def test_add_columns_widens_an_existing_table_and_keeps_old_rows(warehouse, tmp_
 
     with pytest.raises(AirflowFailException, match=r"\['video_views'\] are not in table"):
         warehouse.operator(source=download_xcom(second, "e2")).execute(context={})
-    out = warehouse.operator(source=download_xcom(second, "e2"), on_schema_change="add_columns").execute(context={})
+    out = warehouse.operator(source=download_xcom(second, "e2"), on_schema_change="add_columns").execute(
+        context={}
+    )
 
     assert out["columns_added"] == ["video_views"] and out["rows_loaded"] == 3
     assert warehouse.contents() == expected("TACTIC_PERFORMANCE", ROWS, later)

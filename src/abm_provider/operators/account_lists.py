@@ -358,6 +358,7 @@ class _ListMembershipOperator(_AbmOperatorMixin, BaseOperator):
         "sql_conn_id",
         "parameters",
         "column_map",
+        "default_crm_org_id",
         "rejects_path",
         "rejects_base",
     )
@@ -389,6 +390,7 @@ class _ListMembershipOperator(_AbmOperatorMixin, BaseOperator):
         sql_hook_params: Mapping[str, Any] | None = None,
         column_map: Mapping[str, str] | None = None,
         default_crm_type: str = DEFAULT_CRM_TYPE,
+        default_crm_org_id: str | None = None,
         batch_size: int = MAX_BATCH_SIZE,
         max_rejected: int | None = 0,
         max_rejected_fraction: float | None = None,
@@ -457,6 +459,7 @@ class _ListMembershipOperator(_AbmOperatorMixin, BaseOperator):
         self.sql_hook_params = sql_hook_params
         self.column_map = column_map
         self.default_crm_type = default_crm_type
+        self.default_crm_org_id = default_crm_org_id
         self.batch_size = batch_size
         self.max_rejected = max_rejected
         self.max_rejected_fraction = max_rejected_fraction
@@ -532,7 +535,10 @@ class _ListMembershipOperator(_AbmOperatorMixin, BaseOperator):
         if not self.list_id:
             raise AirflowFailException("list_id is empty")
         validator = AccountValidator(
-            self.column_map, fields=self.api_fields, default_crm_type=self.default_crm_type
+            self.column_map,
+            fields=self.api_fields,
+            default_crm_type=self.default_crm_type,
+            default_crm_org_id=self.default_crm_org_id,
         )
         source = self.build_source(context)
         target = self.rejects_target(context)
