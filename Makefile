@@ -44,5 +44,8 @@ demo: install
 e2e: install
 	$(VENV)/bin/python scripts/e2e.py
 
+bench: install
+	$(VENV)/bin/python scripts/bench.py $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache .state
