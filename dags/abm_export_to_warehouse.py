@@ -26,6 +26,8 @@ ABM_CONN_ID = os.environ.get("ABM_CONN_ID", "abm_default")
 WAREHOUSE_CONN_ID = os.environ.get("ABM_WAREHOUSE_CONN_ID", "abm_warehouse")
 EXPORT_TYPE = os.environ.get("ABM_EXPORT_TYPE", "TACTIC_PERFORMANCE")
 EXPORT_SCHEDULE = os.environ.get("ABM_EXPORT_SCHEDULE", "0 5 * * *")
+# Seconds between looks at the executions while deferred; the demo and tests use a fast clock.
+POKE_INTERVAL = float(os.environ.get("ABM_POKE_INTERVAL", "60"))
 TABLE = os.environ.get("ABM_EXPORT_TABLE", "abm_tactic_performance")
 KEY_COLUMNS = {
     "TACTIC_PERFORMANCE": ("date", "tactic_id"),
@@ -58,7 +60,7 @@ with DAG(
         # An execution that finished after this interval ended holds the interval's data.
         updated_after="{{ data_interval_end.isoformat() }}",
         deferrable=True,
-        poke_interval=60,
+        poke_interval=POKE_INTERVAL,
         timeout=int(timedelta(hours=20).total_seconds()),
     )
 

@@ -20,7 +20,6 @@ from airflow.providers.common.sql.hooks.sql import DbApiHook
 from airflow.providers.common.sql.operators.sql import SQLExecuteQueryOperator
 from airflow.sdk import (
     DAG,
-    Asset,
     AssetOrTimeSchedule,
     BaseHook,
     CronTriggerTimetable,
@@ -35,6 +34,7 @@ from abm_provider.operators.account_lists import (
     CreateAccountListOperator,
     RemoveAccountsFromListOperator,
 )
+from abm_provider.transfers.csv_to_sql import warehouse_asset
 
 ABM_CONN_ID = os.environ.get("ABM_CONN_ID", "abm_default")
 WAREHOUSE_CONN_ID = os.environ.get("ABM_WAREHOUSE_CONN_ID", "abm_warehouse")
@@ -43,7 +43,8 @@ FOLDER_NAME = os.environ.get("ABM_LIST_FOLDER", "Warehouse sync")
 LIST_NAME = os.environ.get("ABM_LIST_NAME", "Target accounts")
 MEMBERSHIP_TABLE = "abm_list_membership"
 REJECTS_TABLE = "abm_list_rejects"
-TARGET_ACCOUNTS = Asset(f"warehouse://{WAREHOUSE_CONN_ID}/{TARGET_TABLE}", name=TARGET_TABLE)
+# The same Asset ExecutionCsvToSqlOperator declares for a table, so a load into it triggers this DAG.
+TARGET_ACCOUNTS = warehouse_asset(WAREHOUSE_CONN_ID, TARGET_TABLE)
 
 _LIST_ID = "{{ ti.xcom_pull(task_ids='ensure_list')['listId'] }}"
 _SAFE_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")

@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 STATE = ROOT / ".state" / "demo"
 API_KEY = "demo-key"
 WAREHOUSE = STATE / "warehouse.duckdb"
+FILES = STATE / "files"
+LOGS = STATE / "logs"
 TARGET_ACCOUNTS = 2_500
 
 
@@ -41,7 +43,10 @@ def airflow_env(emulator: RunningEmulator) -> dict[str, str]:
             "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
-            "ABM_DATA_DIR": str(STATE / "files"),
+            # Downloads and rejects files of the provider's operators go here.
+            "AIRFLOW__ABM__STATE_DIR": str(FILES),
+            # The emulated clock runs an hour per second: look for the execution every second.
+            "ABM_POKE_INTERVAL": "1",
             "AIRFLOW_CONN_ABM_DEFAULT": json.dumps(
                 {"conn_type": "abm", "host": emulator.base_url, "password": emulator.api_key}
             ),
@@ -70,15 +75,18 @@ def seed_target_accounts(path: Path, count: int) -> None:
         con.executemany("INSERT INTO abm_target_accounts VALUES (?, ?, ?)", rows)
 
 
-def run(cmd: list[str], env: Mapping[str, str]) -> None:
+def run(cmd: list[str], env: Mapping[str, str], log_name: str) -> None:
+    """Run one Airflow command with its output in a log file, shown only when it fails."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log_path = LOGS / f"{log_name}.log"
     log("$ " + " ".join(cmd))
     started = time.monotonic()
-    result = subprocess.run(cmd, env=dict(env), cwd=ROOT, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        sys.stdout.write(result.stdout[-20000:])
-        sys.stderr.write(result.stderr[-20000:])
-        raise SystemExit(f"demo: {' '.join(cmd[:3])} failed with exit code {result.returncode}")
-    log(f"  done in {time.monotonic() - started:.1f} s")
+    with log_path.open("w", encoding="utf-8") as out:
+        code = subprocess.run(cmd, env=dict(env), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, check=False)
+    if code.returncode != 0:
+        sys.stdout.write(log_path.read_text(encoding="utf-8", errors="replace")[-20000:])
+        raise SystemExit(f"demo: {' '.join(cmd[:4])} failed with exit code {code.returncode}; log: {log_path}")
+    log(f"  done in {time.monotonic() - started:.1f} s (log: {log_path})")
 
 
 def summarize(emulator: RunningEmulator) -> None:
@@ -136,16 +144,19 @@ def main() -> int:
         clock_speed=3600.0,
         clock_start=clock_start.isoformat(),
         export_size_bytes=2_000_000,
+        # Link lifetimes are emulated seconds: at an hour per second the default 900 s is a quarter of
+        # a real second. A month of emulated time is about twelve real minutes.
+        link_ttl=30 * 24 * 3600,
         data_dir=str(STATE / "emulator"),
     ) as emulator:
         log(f"emulator API at {emulator.base_url}, storage at {emulator.storage_url}")
         env = airflow_env(emulator)
         airflow = str(Path(sys.executable).with_name("airflow"))
-        run([airflow, "db", "migrate"], env)
+        run([airflow, "db", "migrate"], env, "db_migrate")
         seed_target_accounts(WAREHOUSE, TARGET_ACCOUNTS)
         log(f"seeded {TARGET_ACCOUNTS} target accounts into {WAREHOUSE}")
-        run([airflow, "dags", "test", "abm_export_to_warehouse"], env)
-        run([airflow, "dags", "test", "abm_sync_account_lists"], env)
+        run([airflow, "dags", "test", "abm_export_to_warehouse"], env, "abm_export_to_warehouse")
+        run([airflow, "dags", "test", "abm_sync_account_lists"], env, "abm_sync_account_lists")
         summarize(emulator)
     log(f"finished in {time.monotonic() - started:.0f} s; the emulator is stopped")
     return 0

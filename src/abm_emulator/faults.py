@@ -253,8 +253,7 @@ class FaultMiddleware:
 
     async def _apply(self, fault: Fault, scope: Scope, receive: Receive, send: Send) -> None:
         if fault.kind == "delay":
-            await asyncio.sleep(fault.delay_seconds)
-            await self.app(scope, receive, send)
+            await self._delay(fault, scope, receive, send)
         elif fault.kind == "reset":
             await _reset(scope)
         elif fault.kind == "status":
@@ -263,6 +262,30 @@ class FaultMiddleware:
             await self._disconnect_mid_body(fault, scope, receive, send)
         else:
             await self._malformed_json(scope, receive, send)
+
+    async def _delay(self, fault: Fault, scope: Scope, receive: Receive, send: Send) -> None:
+        """Receive the whole request, wait, then act on it: a server that is slow, not one that is gone.
+
+        The request is read before the wait, as a real server holds it once it arrived, so a client
+        that times out and disconnects meanwhile does not stop it: the create still happens, after the
+        client gave up. That is the case a client must reconcile rather than blindly send again (had
+        the body been read after the wait, the disconnect would have made the request fail instead).
+        """
+        messages: list[Message] = []
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                break
+        await asyncio.sleep(fault.delay_seconds)
+        replay = iter(messages)
+
+        async def buffered() -> Message:
+            for message in replay:
+                return message
+            return await receive()
+
+        await self.app(scope, buffered, send)
 
     async def _status(self, fault: Fault, scope: Scope, receive: Receive, send: Send) -> None:
         if fault.when == "after":

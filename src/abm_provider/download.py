@@ -26,6 +26,7 @@ import ipaddress
 import json
 import os
 import queue
+import re
 import threading
 import time
 import uuid
@@ -169,6 +170,43 @@ class AtomicFile:
     def __exit__(self, *exc_info: object) -> None:
         if not self.committed:
             self.discard()
+
+
+def temp_pattern(target: ObjectStoragePath) -> str:
+    """Glob of the temporary names :class:`AtomicFile` gives ``target`` (hidden, ``.part`` suffix)."""
+    return f".{glob_escape(target.name)}.*.part"
+
+
+def remove_stale_temps(target: ObjectStoragePath) -> list[str]:
+    """Delete temporary files an earlier, killed attempt left beside ``target``; return their names.
+
+    :class:`AtomicFile` deletes its temporary file on any exception, but a process killed with
+    SIGKILL (OOM killer, a lost worker) runs no cleanup, and the next try writes under a new random
+    name, so without this every crash would leave a partial copy of the export behind for good.
+    Called before a new download of the same target. Only names of the ``.<target>.<12 hex>.part``
+    form are touched. A still-running zombie attempt whose temporary file is removed fails at its
+    rename instead of publishing, which is the safe outcome.
+    """
+    removed: list[str] = []
+    with contextlib.suppress(FileNotFoundError, OSError, Exception):
+        for stale in target.parent.glob(temp_pattern(target)):
+            if not _TEMP_NAME.fullmatch(stale.name[len(target.name) + 1 :]):
+                continue
+            with contextlib.suppress(FileNotFoundError, OSError, Exception):
+                if is_local(stale):
+                    os.unlink(local_path(stale))
+                else:
+                    stale.unlink()
+                removed.append(stale.name)
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    """``name`` with glob metacharacters escaped (``[`` ``]`` ``*`` ``?``), for a literal match."""
+    return "".join(f"[{c}]" if c in "[]*?" else c for c in name)
+
+
+_TEMP_NAME = re.compile(r"\.[0-9a-f]{12}\.part")
 
 
 def _fsync_dir(directory: str) -> None:

@@ -39,6 +39,7 @@ from abm_provider.download import (
     read_manifest,
     redact_uri,
     remove_manifest,
+    remove_stale_temps,
     write_manifest,
 )
 from abm_provider.operators.account_lists import _AbmOperatorMixin
@@ -467,6 +468,9 @@ class DownloadExecutionCsvOperator(_AbmOperatorMixin, BaseOperator):
         """One download into a temporary file; published only when complete and checked."""
         label = f"Download of execution {execution_id or redact_uri(uri)}"
         self.log.info("%s to %s", label, target)
+        stale = remove_stale_temps(target)
+        if stale:
+            self.log.warning("Removed %d temporary file(s) an interrupted earlier try left: %s", len(stale), stale)
         with AtomicFile(target) as out:
             converter = CsvToParquet(out.open()) if self.to_parquet else None
             # The CSV's MD5 (for etag_is_md5) is computed inline only where it cannot be read back
