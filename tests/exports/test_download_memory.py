@@ -14,7 +14,7 @@ from export_helpers import EXPORT_TYPE
 from abm_provider.operators.exports import CreateExportJobOperator
 
 MiB = 1 << 20
-CHILD = Path(__file__).with_name("download_child.py")
+CHILD = Path(__file__).parents[1] / "operator_child.py"
 
 
 def _peak_mib(abm: Any, size: int, tmp_path: Path, fmt: str = "csv") -> tuple[float, dict[str, Any]]:
@@ -23,7 +23,18 @@ def _peak_mib(abm: Any, size: int, tmp_path: Path, fmt: str = "csv") -> tuple[fl
     fired = abm.fire(EXPORT_TYPE, outcome="COMPLETE", sizeBytes=size)
     execution = next(e for e in AbmHook("abm_default").iter_executions(EXPORT_TYPE) if e["id"] == fired["id"])
     out = subprocess.run(
-        [sys.executable, str(CHILD), json.dumps(execution), str(tmp_path / f"{size}-{fmt}"), fmt],
+        [
+            sys.executable,
+            str(CHILD),
+            "abm_provider.operators.exports:DownloadExecutionCsvOperator",
+            json.dumps(
+                {
+                    "execution": execution,
+                    "base": str(tmp_path / f"{size}-{fmt}"),
+                    "to_parquet": fmt == "parquet",
+                }
+            ),
+        ],
         capture_output=True,
         text=True,
         timeout=600,

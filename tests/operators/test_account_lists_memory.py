@@ -1,6 +1,6 @@
 """Peak memory of adding accounts does not grow with the source: rows stream in batches of 1000.
 
-Each size runs in its own process (see add_accounts_child.py) so only the operator's own memory is
+Each size runs in its own process (see tests/operator_child.py) so only the operator's own memory is
 measured, against the emulator, from a CSV and a Parquet file.
 """
 
@@ -19,7 +19,7 @@ import pytest
 
 from abm_provider.operators.account_lists import CreateAccountListFolderOperator, CreateAccountListOperator
 
-CHILD = Path(__file__).with_name("add_accounts_child.py")
+CHILD = Path(__file__).parents[1] / "operator_child.py"
 
 
 @pytest.fixture
@@ -51,7 +51,19 @@ def _run(abm: Any, rows: int, suffix: str, tmp_path: Path) -> tuple[float, dict[
     ).execute(ctx)
     source = _write(tmp_path / f"accounts-{rows}{suffix}", rows)
     out = subprocess.run(
-        [sys.executable, str(CHILD), lst["listId"], str(source), str(tmp_path / "rejects")],
+        [
+            sys.executable,
+            str(CHILD),
+            "abm_provider.operators.account_lists:AddAccountsToListOperator",
+            json.dumps(
+                {
+                    "list_id": lst["listId"],
+                    "accounts_path": str(source),
+                    "default_crm_org_id": "00D000000000001",
+                    "rejects_base": str(tmp_path / "rejects"),
+                }
+            ),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -59,7 +71,7 @@ def _run(abm: Any, rows: int, suffix: str, tmp_path: Path) -> tuple[float, dict[
     )
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
-    return report["peak_kib"] / 1024, report["summary"]
+    return report["peak_kib"] / 1024, report["result"]
 
 
 @pytest.mark.slow
