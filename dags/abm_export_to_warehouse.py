@@ -24,6 +24,8 @@ from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
 
 ABM_CONN_ID = os.environ.get("ABM_CONN_ID", "abm_default")
 WAREHOUSE_CONN_ID = os.environ.get("ABM_WAREHOUSE_CONN_ID", "abm_warehouse")
+# Task retries for transient failures; the demo and the tests set 0 so a failure shows at once.
+RETRIES = int(os.environ.get("ABM_TASK_RETRIES", "2"))
 EXPORT_TYPE = os.environ.get("ABM_EXPORT_TYPE", "TACTIC_PERFORMANCE")
 EXPORT_SCHEDULE = os.environ.get("ABM_EXPORT_SCHEDULE", "0 5 * * *")
 # Seconds between looks at the executions while deferred; the demo and tests use a fast clock.
@@ -41,7 +43,7 @@ with DAG(
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,
-    default_args={"retries": 2, "retry_delay": timedelta(minutes=2)},
+    default_args={"retries": RETRIES, "retry_delay": timedelta(minutes=2)},
     tags=["abm", "warehouse"],
     doc_md=__doc__,
 ) as dag:

@@ -3,14 +3,20 @@
 Runs when the target-accounts Asset is updated, and daily. The warehouse holds what was sent before
 (``abm_list_membership``) and what the service or the validator refused (``abm_list_rejects``), so each
 run sends only the change: accounts that joined the target set are added, and with the ``mirror``
-param (default on) accounts that left it are removed. Every name can be changed through the
-environment, so the same file runs on the embedded defaults (emulator + DuckDB) and on PostgreSQL
-and the real service.
+param (default on) accounts that left it are removed.
+
+Each run first writes its change set to ``abm_list_changes`` (keyed by list and run id); the add and
+remove steps read that, and the bookkeeping step records exactly that set minus what was refused. So
+an edit to the target table while the run is under way is neither recorded unsent nor lost: the next
+run sees it. A refused row is not sent again until its values change (a corrected ``crm_org_id``, say).
+Every name can be changed through the environment, so the same file runs on the embedded defaults
+(emulator + DuckDB) and on PostgreSQL and the real service.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 from datetime import datetime, timedelta, timezone
@@ -38,15 +44,19 @@ from abm_provider.transfers.csv_to_sql import warehouse_asset
 
 ABM_CONN_ID = os.environ.get("ABM_CONN_ID", "abm_default")
 WAREHOUSE_CONN_ID = os.environ.get("ABM_WAREHOUSE_CONN_ID", "abm_warehouse")
+# Task retries for transient failures; the demo and the tests set 0 so a failure shows at once.
+RETRIES = int(os.environ.get("ABM_TASK_RETRIES", "2"))
 TARGET_TABLE = os.environ.get("ABM_TARGET_ACCOUNTS_TABLE", "abm_target_accounts")
 FOLDER_NAME = os.environ.get("ABM_LIST_FOLDER", "Warehouse sync")
 LIST_NAME = os.environ.get("ABM_LIST_NAME", "Target accounts")
 MEMBERSHIP_TABLE = "abm_list_membership"
 REJECTS_TABLE = "abm_list_rejects"
+CHANGES_TABLE = "abm_list_changes"
 # The same Asset ExecutionCsvToSqlOperator declares for a table, so a load into it triggers this DAG.
 TARGET_ACCOUNTS = warehouse_asset(WAREHOUSE_CONN_ID, TARGET_TABLE)
 
 _LIST_ID = "{{ ti.xcom_pull(task_ids='ensure_list')['listId'] }}"
+_RUN_ID = '{{ run_id | replace("\'", "\'\'") }}'
 _SAFE_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 # Target columns -> request fields; the warehouse keeps snake_case names.
@@ -56,30 +66,42 @@ CREATE_TABLES = [
     f"CREATE TABLE IF NOT EXISTS {MEMBERSHIP_TABLE} (list_id VARCHAR NOT NULL, account_id VARCHAR NOT NULL, "
     "account_name VARCHAR, crm_org_id VARCHAR, added_at TIMESTAMP NOT NULL, run_id VARCHAR NOT NULL)",
     f"CREATE TABLE IF NOT EXISTS {REJECTS_TABLE} (list_id VARCHAR NOT NULL, account_id VARCHAR, "
-    "action VARCHAR NOT NULL, reason VARCHAR NOT NULL, source_row VARCHAR, run_id VARCHAR NOT NULL, "
-    "recorded_at TIMESTAMP NOT NULL)",
+    "account_name VARCHAR, crm_org_id VARCHAR, action VARCHAR NOT NULL, reason VARCHAR NOT NULL, "
+    "source_row VARCHAR, run_id VARCHAR NOT NULL, recorded_at TIMESTAMP NOT NULL)",
+    f"CREATE TABLE IF NOT EXISTS {CHANGES_TABLE} (list_id VARCHAR NOT NULL, run_id VARCHAR NOT NULL, "
+    "action VARCHAR NOT NULL, account_id VARCHAR, account_name VARCHAR, crm_org_id VARCHAR)",
 ]
 
-# Accounts in the target set that are neither on the list yet nor refused before for this list.
+# Accounts in the target set that are not on the list yet and were not refused before with these
+# very values (a corrected row is a change and is sent again).
 TO_ADD_SQL = f"""
 SELECT t.account_id, t.account_name, t.crm_org_id
 FROM {TARGET_TABLE} t
 WHERE NOT EXISTS (SELECT 1 FROM {MEMBERSHIP_TABLE} m
-                  WHERE m.list_id = '{_LIST_ID}' AND m.account_id = t.account_id)
+                  WHERE m.list_id = '{{list_id}}' AND m.account_id = t.account_id)
   AND NOT EXISTS (SELECT 1 FROM {REJECTS_TABLE} r
-                  WHERE r.list_id = '{_LIST_ID}' AND r.action = 'add' AND r.account_id = t.account_id)
-ORDER BY t.account_id
+                  WHERE r.list_id = '{{list_id}}' AND r.action = 'add'
+                    AND r.account_id IS NOT DISTINCT FROM t.account_id
+                    AND r.account_name IS NOT DISTINCT FROM t.account_name
+                    AND r.crm_org_id IS NOT DISTINCT FROM t.crm_org_id)
 """
 
-# Accounts on the list that left the target set; nothing at all unless the mirror param is on.
+# Accounts on the list that left the target set.
 TO_REMOVE_SQL = f"""
-SELECT m.account_id, m.crm_org_id
+SELECT m.account_id, m.account_name, m.crm_org_id
 FROM {MEMBERSHIP_TABLE} m
-WHERE m.list_id = '{_LIST_ID}'
-  AND {{% if params.mirror %}}NOT EXISTS (SELECT 1 FROM {TARGET_TABLE} t WHERE t.account_id = m.account_id)
-      {{% else %}}1 = 0{{% endif %}}
-ORDER BY m.account_id
+WHERE m.list_id = '{{list_id}}'
+  AND NOT EXISTS (SELECT 1 FROM {TARGET_TABLE} t WHERE t.account_id = m.account_id)
 """
+
+
+def _changes_sql(action: str) -> str:
+    """What the add or remove step sends: this run's planned change set, nothing else."""
+    return (
+        f"SELECT account_id, account_name, crm_org_id FROM {CHANGES_TABLE} "
+        f"WHERE list_id = '{_LIST_ID}' AND run_id = '{_RUN_ID}' AND action = '{action}' "
+        "ORDER BY account_id"
+    )
 
 
 def _warehouse() -> DbApiHook:
@@ -96,11 +118,64 @@ def _checked_list_id(list_id: str) -> str:
     return list_id
 
 
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
 def _read_rejects(path: str | None) -> list[dict[str, str]]:
     if not path:
         return []
     with ObjectStoragePath(path).open("r", encoding="utf-8", newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+def _source_values(reject: dict[str, str]) -> tuple[str | None, str | None]:
+    """The refused row's name and org as read from the target table (the rejects file keeps it as JSON)."""
+    try:
+        row = json.loads(reject.get("row") or "null")
+    except ValueError:
+        row = None
+    if not isinstance(row, dict):
+        return None, None
+    name = row.get(COLUMN_MAP["name"], row.get("name"))
+    org = row.get(COLUMN_MAP["crmOrgId"], row.get("crmOrgId"))
+    return (None if name is None else str(name)), (None if org is None else str(org))
+
+
+@task
+def plan_changes(
+    list_id: str, run_id: str | None = None, params: dict[str, Any] | None = None
+) -> dict[str, int]:
+    """Write this run's change set once, so the send steps and the bookkeeping agree on it.
+
+    A retry replaces the run's rows: the plan is recomputed from the same membership (which only the
+    bookkeeping step at the end of a run changes), so re-running is safe.
+    """
+    list_id = _checked_list_id(list_id)
+    assert run_id is not None
+    mirror = bool((params or {}).get("mirror", True))
+    run = _literal(run_id)
+    statements = [
+        f"DELETE FROM {CHANGES_TABLE} WHERE list_id = '{list_id}' AND run_id = {run}",
+        f"INSERT INTO {CHANGES_TABLE} (list_id, run_id, action, account_id, account_name, crm_org_id) "
+        f"SELECT '{list_id}', {run}, 'add', a.account_id, a.account_name, a.crm_org_id "
+        f"FROM ({TO_ADD_SQL.format(list_id=list_id)}) a",
+    ]
+    if mirror:
+        statements.append(
+            f"INSERT INTO {CHANGES_TABLE} (list_id, run_id, action, account_id, account_name, crm_org_id) "
+            f"SELECT '{list_id}', {run}, 'remove', d.account_id, d.account_name, d.crm_org_id "
+            f"FROM ({TO_REMOVE_SQL.format(list_id=list_id)}) d"
+        )
+    hook = _warehouse()
+    hook.run(statements)
+    counts = dict(
+        hook.get_records(
+            f"SELECT action, COUNT(*) FROM {CHANGES_TABLE} WHERE list_id = '{list_id}' AND run_id = {run} "
+            "GROUP BY action"
+        )
+    )
+    return {"to_add": int(counts.get("add", 0)), "to_remove": int(counts.get("remove", 0))}
 
 
 @task
@@ -110,20 +185,19 @@ def record_changes(
     """Write this run's outcome to the warehouse so the next run sends only the change.
 
     Rejects first (replacing any of this run's from an earlier try, so a retry is idempotent), then
-    the members: what the add step selects minus what was refused, which is exactly ``TO_ADD_SQL``
-    once the rejects are in. Leavers are deleted only when the remove step sent something (mirror on).
-    The target table is read again here, so an edit between the add and this step is picked up next run.
+    the members: the planned additions minus the refused ones, and the planned removals deleted. All
+    of it in one transaction.
     """
     list_id = _checked_list_id(list_id)
     now = datetime.now(timezone.utc).replace(microsecond=0, tzinfo=None)
-    run_literal = run_id.replace("'", "''")
+    run = _literal(run_id)
     reject_rows = [
-        (list_id, r["id"] or None, action, r["reason"], r["row"], run_id, now)
+        (list_id, r["id"] or None, *_source_values(r), action, r["reason"], r["row"], run_id, now)
         for action, summary in (("add", added), ("remove", removed))
         for r in _read_rejects(summary.get("rejects_path"))
     ]
     hook = _warehouse()
-    hook.run(f"DELETE FROM {REJECTS_TABLE} WHERE list_id = '{list_id}' AND run_id = '{run_literal}'")
+    hook.run(f"DELETE FROM {REJECTS_TABLE} WHERE list_id = '{list_id}' AND run_id = {run}")
     if reject_rows:
         hook.insert_rows(
             REJECTS_TABLE,
@@ -131,6 +205,8 @@ def record_changes(
             target_fields=[
                 "list_id",
                 "account_id",
+                "account_name",
+                "crm_org_id",
                 "action",
                 "reason",
                 "source_row",
@@ -138,18 +214,20 @@ def record_changes(
                 "recorded_at",
             ],
         )
-    statements = [
-        f"INSERT INTO {MEMBERSHIP_TABLE} (list_id, account_id, account_name, crm_org_id, added_at, run_id) "
-        f"SELECT '{list_id}', a.account_id, a.account_name, a.crm_org_id, "
-        f"CAST('{now.isoformat()}' AS TIMESTAMP), '{run_literal}' "
-        f"FROM ({TO_ADD_SQL.replace(_LIST_ID, list_id)}) a"
-    ]
-    if removed.get("sent"):
-        statements.append(
-            f"DELETE FROM {MEMBERSHIP_TABLE} WHERE list_id = '{list_id}' AND NOT EXISTS "
-            f"(SELECT 1 FROM {TARGET_TABLE} t WHERE t.account_id = {MEMBERSHIP_TABLE}.account_id)"
-        )
-    hook.run(statements)
+    planned = f"FROM {CHANGES_TABLE} c WHERE c.list_id = '{list_id}' AND c.run_id = {run}"
+    hook.run(
+        [
+            f"DELETE FROM {MEMBERSHIP_TABLE} WHERE list_id = '{list_id}' AND account_id IN "
+            f"(SELECT c.account_id {planned} AND c.action IN ('add', 'remove'))",
+            f"INSERT INTO {MEMBERSHIP_TABLE} "
+            "(list_id, account_id, account_name, crm_org_id, added_at, run_id) "
+            f"SELECT c.list_id, c.account_id, c.account_name, c.crm_org_id, "
+            f"CAST('{now.isoformat()}' AS TIMESTAMP), {run} {planned} AND c.action = 'add' "
+            f"AND c.account_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {REJECTS_TABLE} r "
+            f"WHERE r.list_id = c.list_id AND r.run_id = c.run_id AND r.action = 'add' "
+            f"AND r.account_id = c.account_id)",
+        ]
+    )
     return {
         "added": int(added.get("added", 0)),
         "duplicates": int(added.get("duplicates", 0)),
@@ -169,7 +247,7 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     params={"mirror": Param(os.environ.get("ABM_LIST_MIRROR", "true").lower() == "true", type="boolean")},
-    default_args={"retries": 2, "retry_delay": timedelta(minutes=2)},
+    default_args={"retries": RETRIES, "retry_delay": timedelta(minutes=2)},
     tags=["abm", "account-lists"],
     doc_md=__doc__,
 ) as dag:
@@ -183,14 +261,16 @@ with DAG(
         task_id="ensure_list",
         abm_conn_id=ABM_CONN_ID,
         list_name=LIST_NAME,
-        folder_id=ensure_folder.output["folderId"],
+        # ``output["folderId"]`` would be an XCom *key*; the folder is one dict under the default key.
+        folder_id="{{ ti.xcom_pull(task_ids='ensure_folder')['folderId'] }}",
         if_exists="reuse",
     )
+    planned = plan_changes(list_id=_LIST_ID)
     add_accounts = AddAccountsToListOperator(
         task_id="add_new_accounts",
         abm_conn_id=ABM_CONN_ID,
         list_id=_LIST_ID,
-        sql=TO_ADD_SQL,
+        sql=_changes_sql("add"),
         sql_conn_id=WAREHOUSE_CONN_ID,
         column_map=COLUMN_MAP,
         # Bad rows and unknown accounts are recorded in the warehouse and not retried; they do not
@@ -202,7 +282,7 @@ with DAG(
         task_id="remove_departed_accounts",
         abm_conn_id=ABM_CONN_ID,
         list_id=_LIST_ID,
-        sql=TO_REMOVE_SQL,
+        sql=_changes_sql("remove"),
         sql_conn_id=WAREHOUSE_CONN_ID,
         column_map=COLUMN_MAP,
         max_rejected=None,
@@ -211,4 +291,5 @@ with DAG(
     recorded = record_changes(
         add_accounts.output, remove_accounts.output, list_id=_LIST_ID, run_id="{{ run_id }}"
     )
-    [prepare_tables, ensure_list] >> add_accounts >> remove_accounts >> recorded
+    ensure_folder >> ensure_list
+    [prepare_tables, ensure_list] >> planned >> add_accounts >> remove_accounts >> recorded

@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -47,6 +49,8 @@ def airflow_env(emulator: RunningEmulator) -> dict[str, str]:
             "AIRFLOW__ABM__STATE_DIR": str(FILES),
             # The emulated clock runs an hour per second: look for the execution every second.
             "ABM_POKE_INTERVAL": "1",
+            # A failure should end the demo at once, not after the DAGs' retry delays.
+            "ABM_TASK_RETRIES": "0",
             "AIRFLOW_CONN_ABM_DEFAULT": json.dumps(
                 {"conn_type": "abm", "host": emulator.base_url, "password": emulator.api_key}
             ),
@@ -56,23 +60,55 @@ def airflow_env(emulator: RunningEmulator) -> dict[str, str]:
     return env
 
 
+ORG = "00D000000000001"
+
+
 def seed_target_accounts(path: Path, count: int) -> None:
     """Accounts marketing wants on the list: mostly valid, some unknown to the CRM, a few malformed."""
+    rows: list[tuple[str, str, str | None]] = []
+    for i in range(count):
+        org: str | None = ORG
+        if i % 250 == 7:
+            account_id = f"001 BAD {i}"  # whitespace in the id: refused before sending
+        elif i % 500 == 11:
+            account_id, org = f"001{i:015d}", None  # no CRM org: refused before sending
+        elif i % 100 == 3:
+            account_id = f"002{i:015d}"  # well formed but not an account id: reported not found
+        else:
+            account_id = f"001{i:015d}"
+        rows.append((account_id, f"Account {i}, Ltd. \u00e9", org))
     with duckdb.connect(str(path)) as con:
         con.execute(
             "CREATE OR REPLACE TABLE abm_target_accounts "
             "(account_id VARCHAR, account_name VARCHAR, crm_org_id VARCHAR)"
         )
-        rows = []
-        for i in range(count):
-            if i % 250 == 7:
-                account_id = f"BAD-{i}"  # malformed: rejected before sending
-            elif i % 100 == 3:
-                account_id = f"002{i:015d}"  # well formed but not an account id: reported not found
-            else:
-                account_id = f"001{i:015d}"
-            rows.append((account_id, f"Account {i}, Ltd. \u00e9", "00D000000000001"))
         con.executemany("INSERT INTO abm_target_accounts VALUES (?, ?, ?)", rows)
+
+
+def change_target_accounts(path: Path, leave: int, join: int) -> None:
+    """Marketing's next edit: some accounts leave the target set, new ones join."""
+    with duckdb.connect(str(path)) as con:
+        con.execute(
+            "DELETE FROM abm_target_accounts WHERE account_id IN (SELECT account_id FROM abm_target_accounts "
+            "WHERE regexp_full_match(account_id, '001[0-9]{15}') AND crm_org_id IS NOT NULL "
+            "ORDER BY account_id LIMIT ?)",
+            [leave],
+        )
+        con.executemany(
+            "INSERT INTO abm_target_accounts VALUES (?, ?, ?)",
+            [(f"001{900_000 + i:015d}", f"New account {i}", ORG) for i in range(join)],
+        )
+
+
+def sync_results() -> list[dict[str, int]]:
+    """Each sync run's counts, as its last task returned them (read from Airflow's SQLite database)."""
+    with closing(sqlite3.connect(STATE / "airflow" / "airflow.db")) as con:
+        rows = con.execute(
+            "SELECT value FROM xcom WHERE dag_id = 'abm_sync_account_lists' AND task_id = 'record_changes' "
+            "AND key = 'return_value' ORDER BY timestamp"
+        ).fetchall()
+    results = [json.loads(r[0]) if isinstance(r[0], str) else r[0] for r in rows]
+    return [r if isinstance(r, dict) else json.loads(r) for r in results]
 
 
 def run(cmd: list[str], env: Mapping[str, str], log_name: str) -> None:
@@ -85,7 +121,9 @@ def run(cmd: list[str], env: Mapping[str, str], log_name: str) -> None:
         code = subprocess.run(cmd, env=dict(env), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, check=False)
     if code.returncode != 0:
         sys.stdout.write(log_path.read_text(encoding="utf-8", errors="replace")[-20000:])
-        raise SystemExit(f"demo: {' '.join(cmd[:4])} failed with exit code {code.returncode}; log: {log_path}")
+        raise SystemExit(
+            f"demo: {' '.join(cmd[:4])} failed with exit code {code.returncode}; log: {log_path}"
+        )
     log(f"  done in {time.monotonic() - started:.1f} s (log: {log_path})")
 
 
@@ -100,10 +138,11 @@ def summarize(emulator: RunningEmulator) -> None:
             "SELECT execution_id, rows_loaded, rows_rejected FROM abm_load_ledger "
             "ORDER BY loaded_at DESC LIMIT 1"
         ).fetchone()
-        members = con.execute("SELECT COUNT(*) FROM abm_list_membership").fetchone()
+        members = con.execute("SELECT list_id, COUNT(*) FROM abm_list_membership GROUP BY 1").fetchone()
         rejects = con.execute(
             "SELECT reason, COUNT(*) FROM abm_list_rejects GROUP BY reason ORDER BY 2 DESC"
         ).fetchall()
+    on_list = len(emulator.members(members[0])) if members else 0
     print()
     print("=" * 72)
     print("ABM demo summary")
@@ -117,11 +156,20 @@ def summarize(emulator: RunningEmulator) -> None:
         )
     if ledger:
         print(f"  last load: execution {ledger[0]}, {ledger[1]} rows loaded, {ledger[2]} rejected")
-    print(f"  abm_list_membership: {members[0] if members else 0} accounts on the list")
-    print("  abm_list_rejects:")
+    print("Account list sync (abm_sync_account_lists):")
+    for number, result in enumerate(sync_results(), start=1):
+        print(
+            f"  run {number}: {result['added']} added, {result['duplicates']} duplicate, "
+            f"{result['not_found']} not found, {result['rejected']} rejected, {result['removed']} removed"
+        )
+    print(
+        f"  abm_list_membership: {members[1] if members else 0} accounts; the service's list holds {on_list}"
+    )
+    print("  abm_list_rejects (not sent again until the row changes):")
     for reason, count in rejects:
-        print(f"    {count:>5}  {reason}")
-    print(f"Downloaded files: {STATE / 'files'}")
+        print(f"    {count:>5}  {reason[:90]}")
+    print(f"Downloaded exports and rejects files: {FILES}")
+    print(f"Logs of the DAG runs: {LOGS}")
     print(f"Airflow home (SQLite): {STATE / 'airflow'}")
     print("Try:")
     print(
@@ -157,6 +205,9 @@ def main() -> int:
         log(f"seeded {TARGET_ACCOUNTS} target accounts into {WAREHOUSE}")
         run([airflow, "dags", "test", "abm_export_to_warehouse"], env, "abm_export_to_warehouse")
         run([airflow, "dags", "test", "abm_sync_account_lists"], env, "abm_sync_account_lists")
+        change_target_accounts(WAREHOUSE, leave=40, join=25)
+        log("40 accounts left the target set and 25 joined; syncing again (only the change is sent)")
+        run([airflow, "dags", "test", "abm_sync_account_lists"], env, "abm_sync_account_lists_2")
         summarize(emulator)
     log(f"finished in {time.monotonic() - started:.0f} s; the emulator is stopped")
     return 0

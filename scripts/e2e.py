@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -59,6 +60,9 @@ POKE_INTERVAL_SECONDS = 5
 RUNS_TIMEOUT_SECONDS = 360
 SKIPPED = 3
 RUN_MARKER = "ABM_E2E_RUN"
+# pg advisory lock key serialising e2e runs that share this PostgreSQL server and Redis db.
+LOCK_KEY = 0x0AB3_E2E0
+LOCK_TIMEOUT_SECONDS = 600
 
 
 def log(message: str) -> None:
@@ -77,6 +81,27 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@contextmanager
+def exclusive_run() -> Iterator[None]:
+    """Hold a PostgreSQL advisory lock for the whole run: two e2e runs at once (two checkouts' test
+    suites on one machine or CI host) would otherwise drop each other's databases and share a broker."""
+    import psycopg
+
+    with psycopg.connect(
+        host=PG_HOST, port=PG_PORT, user="postgres", dbname="postgres", autocommit=True
+    ) as conn:
+        deadline = time.monotonic() + LOCK_TIMEOUT_SECONDS
+        while not (conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone() or (False,))[0]:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"another e2e run held the lock for over {LOCK_TIMEOUT_SECONDS} s")
+            log("another e2e run is in progress on this PostgreSQL server; waiting for it")
+            time.sleep(10)
+        try:
+            yield
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
 
 
 def recreate_databases() -> None:
@@ -148,6 +173,8 @@ def airflow_env(home: Path, api_port: int, emulator_url: str, marker: str) -> di
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             "AIRFLOW__ABM__STATE_DIR": str(home / "abm-state"),
             "ABM_POKE_INTERVAL": str(POKE_INTERVAL_SECONDS),
+            # A failure shows at once instead of after two retries two minutes apart (the DAGs read it).
+            "ABM_TASK_RETRIES": "0",
             "AIRFLOW_CONN_ABM_DEFAULT": json.dumps(
                 {"conn_type": "abm", "host": emulator_url, "password": API_KEY}
             ),
@@ -296,42 +323,57 @@ class Api:
 
 @dataclass
 class Observed:
-    """What the run showed while it was going on: the sensor's deferral as the REST API reported it."""
+    """What the REST API showed while the runs went on: each sensor's states, and its deferral."""
 
-    deferred_at: float | None = None
-    deferred_ti: dict[str, Any] = field(default_factory=dict)
-    sensor_states: list[str] = field(default_factory=list)
+    sensor_states: dict[str, list[str]] = field(default_factory=dict)
+    deferred: dict[str, tuple[float, dict[str, Any]]] = field(default_factory=dict)
 
 
-def watch_sensor(api: Api, runs: Mapping[str, str], observed: Observed, started: float) -> None:
+def dag_runs(api: Api) -> dict[str, dict[str, str]]:
+    """Every run of both DAGs -> state: the manual ones and those the scheduler made on unpausing."""
+    return {
+        dag_id: {
+            run["dag_run_id"]: run["state"] for run in api.call("GET", f"/dags/{dag_id}/dagRuns")["dag_runs"]
+        }
+        for dag_id in DAGS
+    }
+
+
+def watch_sensors(api: Api, runs: Mapping[str, str], observed: Observed, started: float) -> None:
     dag_id, task_id = SENSOR
-    ti = api.task_instance(dag_id, runs[dag_id], task_id)
-    state = str(ti.get("state"))
-    if not observed.sensor_states or observed.sensor_states[-1] != state:
-        observed.sensor_states.append(state)
-    if state == "deferred" and observed.deferred_at is None:
-        observed.deferred_at = time.monotonic() - started
-        observed.deferred_ti = ti
+    for run_id, run_state in runs.items():
+        if run_state in ("success", "failed") and run_id in observed.sensor_states:
+            continue
+        ti = api.task_instance(dag_id, run_id, task_id)
+        state = str(ti.get("state"))
+        seen = observed.sensor_states.setdefault(run_id, [])
+        if not seen or seen[-1] != state:
+            seen.append(state)
+        if state == "deferred" and run_id not in observed.deferred:
+            observed.deferred[run_id] = (time.monotonic() - started, ti)
 
 
 def wait_for_runs(
-    api: Api, procs: Processes, runs: Mapping[str, str], observed: Observed, started: float
-) -> dict[str, str]:
-    states: dict[str, str] = {}
+    api: Api, procs: Processes, manual: Mapping[str, str], observed: Observed, started: float
+) -> dict[str, dict[str, str]]:
+    """Until every run of both DAGs has finished: the runs unpausing created share the DAGs'
+    ``max_active_runs=1`` with the triggered ones, and are checked the same way."""
     deadline = time.monotonic() + RUNS_TIMEOUT_SECONDS
     last_report = 0.0
     while True:
         procs.check_alive()
-        watch_sensor(api, runs, observed, started)
-        for dag_id, run_id in runs.items():
-            states[dag_id] = api.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["state"]
-        if all(state in ("success", "failed") for state in states.values()):
-            return states
+        runs = dag_runs(api)
+        watch_sensors(api, runs[SENSOR[0]], observed, started)
+        states = [state for dag in runs.values() for state in dag.values()]
+        mine = all(manual[dag_id] in runs[dag_id] for dag_id in DAGS)
+        if mine and all(state in ("success", "failed") for state in states):
+            return runs
         if time.monotonic() - last_report > 15:
             last_report = time.monotonic()
-            log(f"runs: {states}; sensor states so far: {' -> '.join(observed.sensor_states)}")
+            sensors = "; ".join(f"{r}: {' -> '.join(s)}" for r, s in observed.sensor_states.items())
+            log(f"runs: {runs}\n    sensor states: {sensors}")
         if time.monotonic() > deadline:
-            raise RuntimeError(f"DAG runs not finished after {RUNS_TIMEOUT_SECONDS} s: {states}")
+            raise RuntimeError(f"DAG runs not finished after {RUNS_TIMEOUT_SECONDS} s: {runs}")
         time.sleep(1)
 
 
@@ -341,25 +383,29 @@ def check(condition: bool, message: str, failures: list[str]) -> None:
         failures.append(message)
 
 
-def print_worker_table(instances: Mapping[str, list[dict[str, Any]]]) -> None:
+Instances = Mapping[tuple[str, str], list[dict[str, Any]]]
+
+
+def print_worker_table(instances: Instances) -> None:
     rows = [
-        (f"{dag_id}.{ti['task_id']}", str(ti["state"]), str(ti.get("hostname")), str(ti["try_number"]))
-        for dag_id, tis in instances.items()
+        (f"{dag_id}.{ti['task_id']}", run_id.split("__")[0], str(ti["state"]), str(ti.get("hostname")))
+        for (dag_id, run_id), tis in instances.items()
         for ti in sorted(tis, key=lambda t: t.get("start_date") or "")
     ]
     width = max(len(row[0]) for row in rows)
-    print(f"\n{'task':<{width}}  {'state':<8} {'worker':<10} try", flush=True)
-    for task, state, host, tries in rows:
-        print(f"{task:<{width}}  {state:<8} {host:<10} {tries}", flush=True)
+    print(f"\n{'task':<{width}}  {'run':<9} {'state':<8} worker", flush=True)
+    for task, run_kind, state, host in rows:
+        print(f"{task:<{width}}  {run_kind:<9} {state:<8} {host}", flush=True)
     print(flush=True)
 
 
-def check_workers(instances: Mapping[str, list[dict[str, Any]]], failures: list[str]) -> None:
+def check_workers(instances: Instances, failures: list[str]) -> None:
     print_worker_table(instances)
-    hosts = {str(ti.get("hostname")) for tis in instances.values() for ti in tis}
+    hosts = [str(ti.get("hostname")) for tis in instances.values() for ti in tis]
+    counts = {host: hosts.count(host) for host in sorted(set(hosts))}
     check(
-        hosts == set(WORKERS),
-        f"every task ran on a Celery worker and both workers ran tasks (hosts seen: {sorted(hosts)})",
+        set(counts) == set(WORKERS),
+        f"every task ran on a Celery worker and both workers ran tasks (task instances per host: {counts})",
         failures,
     )
 
@@ -405,64 +451,93 @@ def check_list(emulator: Any, warehouse_members: int, failures: list[str]) -> No
     )
 
 
-def check_deferral(
-    api: Api, procs: Processes, runs: Mapping[str, str], observed: Observed, failures: list[str]
-) -> None:
-    """Three independent records: the REST API saw the TI deferred on our trigger, the triggerer logged
-    running and firing it, and the task's own log shows it deferring and resuming."""
+def trigger_logs(home: Path, run_id: str) -> dict[int, list[str]]:
+    """The sensor's trigger log files, by the id of the triggerer job that wrote them: the triggerer
+    names them ``attempt=<try>.log.trigger.<job id>.log`` next to the task's own log."""
     dag_id, task_id = SENSOR
-    sensor = api.task_instance(dag_id, runs[dag_id], task_id)
-    trigger = observed.deferred_ti.get("trigger") or {}
-    triggerer_lines = [
-        line
-        for line in procs.logs["triggerer"].read_text(errors="replace").splitlines()
-        if TRIGGER_CLASS in line or "fired" in line.lower()
-    ]
-    task_lines = [
-        line
-        for line in api.task_log(dag_id, runs[dag_id], task_id, int(sensor["try_number"]))
-        if any(word in line.lower() for word in ("defer", "resum", "trigger", "execution "))
-    ]
-    print("deferral evidence:", flush=True)
-    when = f"{observed.deferred_at:.0f} s" if observed.deferred_at is not None else "never"
-    print(f"  REST: sensor states seen {' -> '.join(observed.sensor_states)}; deferred at {when}", flush=True)
-    print(
-        f"  REST: trigger id {trigger.get('id')} {trigger.get('classpath')} on triggerer job "
-        f"{trigger.get('triggerer_id')} created {trigger.get('created_date')}",
-        flush=True,
-    )
-    for line in triggerer_lines[:8]:
-        print(f"  triggerer.log: {line[:220]}", flush=True)
-    for line in task_lines[:12]:
-        print(f"  task log try {sensor['try_number']}: {line[:220]}", flush=True)
+    folder = home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+    found: dict[int, list[str]] = {}
+    for path in sorted(folder.glob("attempt=*.log.trigger.*.log")):
+        events = []
+        for line in path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError, AttributeError):
+                events.append(str(json.loads(line).get("event")))
+        found[int(path.name.rsplit(".", 2)[1])] = events
+    return found
+
+
+def check_deferral(api: Api, procs: Processes, observed: Observed, failures: list[str]) -> None:
+    """Three records that do not depend on each other: the REST API saw the task instance deferred on
+    our trigger; the trigger's own log, written by the triggerer job (whose host the jobs API names),
+    shows it starting and firing; the task log shows the sensor deferring, then completing on a worker."""
+    dag_id, task_id = SENSOR
+    triggerer_jobs = {
+        job["id"]: job["hostname"]
+        for job in api.call("GET", "/jobs", params={"job_type": "TriggererJob"})["jobs"]
+    }
+    print("\ndeferral evidence:", flush=True)
+    print(f"  REST /jobs: triggerer jobs {triggerer_jobs}", flush=True)
+    for run_id, states in observed.sensor_states.items():
+        print(f"  REST: {task_id} in {run_id}: {' -> '.join(states)}", flush=True)
+    resumed = []
+    for run_id, (elapsed, ti) in observed.deferred.items():
+        trigger = ti.get("trigger") or {}
+        print(
+            f"  REST: {run_id} deferred {elapsed:.0f} s into the e2e run, trigger {trigger.get('id')} "
+            f"{trigger.get('classpath')} created {trigger.get('created_date')}",
+            flush=True,
+        )
+        fired_by = []
+        for job_id, events in trigger_logs(procs.home, run_id).items():
+            host = triggerer_jobs.get(job_id)
+            for event in events:
+                print(f"  trigger log (triggerer job {job_id} on {host}): {event[:160]}", flush=True)
+            if host == TRIGGERER_HOST and "Trigger fired event" in events:
+                fired_by.append(job_id)
+        final = api.task_instance(dag_id, run_id, task_id)
+        task_lines = api.task_log(dag_id, run_id, task_id, int(final["try_number"]))
+        for line in task_lines:
+            if any(word in line for word in ("Deferring", "DEFERRED", "COMPLETE")):
+                print(f"  task log try {final['try_number']}: {line[:160]}", flush=True)
+        print(f"  REST: {run_id} final state {final['state']} on {final['hostname']}", flush=True)
+        if (
+            str(trigger.get("classpath", "")).endswith(f".{TRIGGER_CLASS}")
+            and fired_by
+            and any("DEFERRED" in line for line in task_lines)
+            and final["state"] == "success"
+            and final["hostname"] in WORKERS
+        ):
+            resumed.append(run_id)
     check(
-        str(trigger.get("classpath", "")).endswith(TRIGGER_CLASS)
-        and sensor["state"] == "success"
-        and "deferred" in observed.sensor_states
-        and observed.sensor_states[-1] == "success",
-        f"the sensor was deferred on {TRIGGER_CLASS} and resumed to success "
-        f"(states {' -> '.join(observed.sensor_states)})",
+        bool(resumed),
+        f"the sensor deferred on {TRIGGER_CLASS}, the triggerer fired it, and it resumed to success on a "
+        f"worker (runs {resumed})",
         failures,
     )
+    leaked = [
+        str(path.relative_to(procs.home))
+        for path in procs.home.rglob("*.log")
+        if API_KEY.encode() in path.read_bytes()
+    ]
     check(
-        any(TRIGGER_CLASS in line for line in triggerer_lines)
-        and any("fired" in line.lower() for line in triggerer_lines),
-        "the triggerer log shows the trigger running and firing",
-        failures,
+        leaked == [], f"the API key is absent from every process and task log (found in {leaked})", failures
     )
-    triggerer_log = procs.logs["triggerer"].read_text(errors="replace")
-    check(API_KEY not in triggerer_log, "the API key is absent from the triggerer log", failures)
 
 
 def verify(
-    api: Api, procs: Processes, runs: Mapping[str, str], emulator: Any, observed: Observed
+    api: Api, procs: Processes, runs: Mapping[str, Mapping[str, str]], emulator: Any, observed: Observed
 ) -> list[str]:
     failures: list[str] = []
-    instances = {dag_id: api.task_instances(dag_id, run_id) for dag_id, run_id in runs.items()}
+    for dag_id, dag in runs.items():
+        for run_id, state in dag.items():
+            check(state == "success", f"{dag_id} {run_id} succeeded", failures)
+    instances = {
+        (dag_id, run_id): api.task_instances(dag_id, run_id) for dag_id, dag in runs.items() for run_id in dag
+    }
     check_workers(instances, failures)
     members = check_warehouse(failures)
     check_list(emulator, members, failures)
-    check_deferral(api, procs, runs, observed, failures)
+    check_deferral(api, procs, observed, failures)
     return failures
 
 
@@ -505,20 +580,24 @@ def start_airflow(procs: Processes, api_port: int) -> None:
 
 
 def trigger_dags(api: Api, procs: Processes) -> dict[str, str]:
+    """Trigger while still paused, then unpause: the scheduler then also makes each DAG's latest
+    scheduled run, and both kinds run on the workers. A logical date is given, as the UI's trigger form
+    does, because the export DAG's sensor reads ``data_interval_end``."""
     for dag_id in DAGS:
-        api.wait_until(f"{dag_id} to be parsed", lambda d=dag_id: api.call("GET", f"/dags/{d}"), procs, 180)
+        api.wait_until(f"{dag_id} to be parsed", partial(api.call, "GET", f"/dags/{dag_id}"), procs, 180)
     runs: dict[str, str] = {}
     for dag_id in DAGS:
+        body = {"logical_date": datetime.now(UTC).isoformat(), "conf": {}}
+        runs[dag_id] = api.call("POST", f"/dags/{dag_id}/dagRuns", json=body)["dag_run_id"]
         api.call("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
-        run = api.call("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": {}})
-        runs[dag_id] = run["dag_run_id"]
-        log(f"unpaused and triggered {dag_id}: {run['dag_run_id']}")
+        log(f"triggered and unpaused {dag_id}: {runs[dag_id]}")
     return runs
 
 
 def run(home: Path, started: float) -> list[str]:
     marker = uuid.uuid4().hex
     with ExitStack() as stack:
+        stack.enter_context(exclusive_run())
         recreate_databases()
         flush_broker()
         api_port, emulator_port, storage_port = free_port(), free_port(), free_port()
@@ -537,14 +616,11 @@ def run(home: Path, started: float) -> list[str]:
         api.wait_until("the API server", lambda: api.call("GET", "/version"), procs, 120)
         emulator = stack.enter_context(emulator_running(emulator_port, storage_port))
         log(f"emulator at {emulator.base_url}, clock {emulator.clock()}")
-        runs = trigger_dags(api, procs)
+        manual = trigger_dags(api, procs)
         observed = Observed()
-        states = wait_for_runs(api, procs, runs, observed, started)
-        log(f"runs finished: {states}")
-        failures: list[str] = []
-        for dag_id, state in states.items():
-            check(state == "success", f"{dag_id} run {runs[dag_id]} succeeded", failures)
-        failures += verify(api, procs, runs, emulator, observed)
+        runs = wait_for_runs(api, procs, manual, observed, started)
+        log(f"all runs finished: {runs}")
+        failures = verify(api, procs, runs, emulator, observed)
         if failures:
             for name in procs.logs:
                 log(f"--- last lines of {name}.log ---\n{procs.tail(name, 25)}")

@@ -74,19 +74,19 @@ def tactic_rows(first_day: dt.date, days: int, tactics: int, *, version: int) ->
     return rows
 
 
-def csv_line(row: Mapping[str, str], columns: Sequence[str] = TACTIC_COLUMNS) -> bytes:
-    """One RFC 4180 record (``\\n`` line end) as bytes."""
-    return csv_bytes([[row[c] for c in columns]])
+def csv_line(row: Mapping[str, str], columns: Sequence[str] = TACTIC_COLUMNS, end: str = "\n") -> bytes:
+    """One RFC 4180 record as bytes, ending in ``end``."""
+    return csv_bytes([[row[c] for c in columns]], end)
 
 
-def csv_bytes(records: Iterable[Sequence[str]]) -> bytes:
+def csv_bytes(records: Iterable[Sequence[str]], end: str = "\n") -> bytes:
     lines: list[str] = []
 
     class _Sink:
         def write(self, text: str) -> None:
             lines.append(text)
 
-    writer = csv.writer(_Sink(), lineterminator="\n")
+    writer = csv.writer(_Sink(), lineterminator=end)
     for record in records:
         writer.writerow(record)
     return "".join(lines).encode("utf-8")
@@ -243,7 +243,13 @@ def pg_schemas() -> Iterator[Any]:
 
 def postgres_target(schema: str, monkeypatch: pytest.MonkeyPatch, name: str = "crash_pg") -> Target:
     value = json.dumps(
-        {"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres", "schema": PG_DATABASE}
+        {
+            "conn_type": "postgres",
+            "host": "127.0.0.1",
+            "port": 5432,
+            "login": "postgres",
+            "schema": PG_DATABASE,
+        }
     )
     monkeypatch.setenv(_env_name(name), value)
     return Target("postgres", name, f"{schema}.tactic_perf", {_env_name(name): value})

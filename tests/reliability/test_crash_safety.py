@@ -130,7 +130,13 @@ def test_a_killed_download_leaves_nothing_partial_and_the_rerun_completes(
         older_sha = _file_sha(target)
     execution = _execution(export_job, 3 * MiB)
     expected_sha = _sha256_of(execution["downloadUri"])
-    ti = {"dag_id": "crash", "task_id": "download", "run_id": "manual__crash", "try_number": 1, "map_index": -1}
+    ti = {
+        "dag_id": "crash",
+        "task_id": "download",
+        "run_id": "manual__crash",
+        "try_number": 1,
+        "map_index": -1,
+    }
 
     run_until_killed(
         tmp_path,
@@ -258,7 +264,9 @@ def _load(target: Target, source: dict[str, Any]) -> dict[str, Any]:
     ).execute(context={})
 
 
-def _targets(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: Any) -> tuple[Target, Target]:
+def _targets(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: Any
+) -> tuple[Target, Target]:
     """The target the crash happens in, and a reference target that runs uninterrupted."""
     if kind == "duckdb":
         return (
@@ -296,7 +304,10 @@ def test_a_killed_load_is_invisible_and_the_rerun_equals_an_uninterrupted_run(
     before_rows, before_ledger = crashed.rows(), _ledger(crashed)
 
     run_until_killed(
-        tmp_path, LOAD_POINTS[point], _LOAD_BODY, {"source": killed, "max_rejected": 5, **crashed.operator_kwargs()}
+        tmp_path,
+        LOAD_POINTS[point],
+        _LOAD_BODY,
+        {"source": killed, "max_rejected": 5, **crashed.operator_kwargs()},
     )
 
     if point == "after_commit":

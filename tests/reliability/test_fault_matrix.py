@@ -56,7 +56,9 @@ FAULTS = [
         {"kind": "status", "status": 429, "retryAfter": str(RETRY_AFTER_SECONDS)},
     ),
     Fault("429", "429 without `Retry-After`", {"kind": "status", "status": 429}),
-    Fault("500_after", "500 after the request took effect", {"kind": "status", "status": 500, "when": "after"}),
+    Fault(
+        "500_after", "500 after the request took effect", {"kind": "status", "status": 500, "when": "after"}
+    ),
     Fault("503", "503 before the request took effect", {"kind": "status", "status": 503}),
     Fault("423", "423 Locked", {"kind": "status", "status": 423}),
     Fault("reset", "connection reset before any answer", {"kind": "reset"}),
@@ -108,7 +110,9 @@ def _hook(retry: dict[str, Any] | None = None) -> Any:
     from abm_provider.hooks.abm import AbmHook
 
     retry = retry or RETRY
-    return AbmHook(max_attempts=retry["max_attempts"], max_wait=retry["max_wait"], timeout=retry["request_timeout"])
+    return AbmHook(
+        max_attempts=retry["max_attempts"], max_wait=retry["max_wait"], timeout=retry["request_timeout"]
+    )
 
 
 def _member_ids(abm: Any, list_id: str) -> list[str]:
@@ -125,9 +129,9 @@ def _prepare_nothing(abm: Any, tmp: Path) -> dict[str, Any]:
 def _run_create_folder(abm: Any, prep: dict[str, Any], retry: dict[str, Any], ctx: dict[str, Any]) -> Any:
     from abm_provider.operators.account_lists import CreateAccountListFolderOperator
 
-    return CreateAccountListFolderOperator(task_id="create_folder", folder_name="Reliability", **retry).execute(
-        ctx
-    )
+    return CreateAccountListFolderOperator(
+        task_id="create_folder", folder_name="Reliability", **retry
+    ).execute(ctx)
 
 
 def _folder_created_once(abm: Any, prep: dict[str, Any], result: Any) -> None:
@@ -636,14 +640,15 @@ def test_fault_matrix(
         assert "range" in sent[1]["headers"] and "if-match" in sent[1]["headers"]
 
 
-
 def test_a_delayed_create_still_happens_after_the_client_gave_up(abm: Any) -> None:
     """The delay fault models a slow server: the request it holds takes effect after the client left.
 
     Before the fault read the body up front, the client's disconnect made the delayed request fail
     with 400, so the "answer slower than the timeout" cells never exercised the reconciliation.
     """
-    abm.inject_fault(origin="api", method="POST", path="/accountLists/v2/folders", kind="delay", delaySeconds=1)
+    abm.inject_fault(
+        origin="api", method="POST", path="/accountLists/v2/folders", kind="delay", delaySeconds=1
+    )
     with pytest.raises(requests.exceptions.Timeout):
         requests.post(
             abm.base_url + "/accountLists/v2/folders",
@@ -657,6 +662,7 @@ def test_a_delayed_create_still_happens_after_the_client_gave_up(abm: Any) -> No
     assert [f["name"] for f in _account_state(abm)["folders"]] == ["slow"]
     [entry] = [e for e in abm.requests_seen() if e["method"] == "POST"]
     assert entry["status"] == 200
+
 
 if __name__ == "__main__":
     DOC.write_text(render_markdown(), encoding="utf-8")

@@ -55,7 +55,11 @@ async def test_fifty_deferred_sensors_in_one_event_loop_all_complete(
     emulator = many_accounts
     emulator.reset()
     conn_ids = _connections(emulator, monkeypatch)
-    pairs = [(conn_id, key, t) for conn_id, key in zip(conn_ids, emulator.api_keys, strict=True) for t in EXPORT_TYPES]
+    pairs = [
+        (conn_id, key, t)
+        for conn_id, key in zip(conn_ids, emulator.api_keys, strict=True)
+        for t in EXPORT_TYPES
+    ]
     for conn_id in conn_ids:
         hook = AbmHook(conn_id)
         for export_type in EXPORT_TYPES:
@@ -115,7 +119,8 @@ async def test_fifty_deferred_sensors_in_one_event_loop_all_complete(
 
 def _accounts(start: int, count: int) -> list[dict[str, str]]:
     return [
-        {"id": f"001{i:012d}", "name": f"Account {i}", "crmOrgId": CRM_ORG} for i in range(start, start + count)
+        {"id": f"001{i:012d}", "name": f"Account {i}", "crmOrgId": CRM_ORG}
+        for i in range(start, start + count)
     ]
 
 

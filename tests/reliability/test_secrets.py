@@ -141,7 +141,9 @@ def test_both_example_dags_leave_the_key_nowhere(
     _seed_targets(warehouse)
     conn = {"conn_type": "abm", "host": emulator.base_url, "password": KEY, "extra": {"max_wait": 2}}
     monkeypatch.setenv("AIRFLOW_CONN_ABM_DEFAULT", json.dumps(conn))
-    monkeypatch.setenv("AIRFLOW_CONN_ABM_WAREHOUSE", json.dumps({"conn_type": "duckdb", "host": str(warehouse)}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ABM_WAREHOUSE", json.dumps({"conn_type": "duckdb", "host": str(warehouse)})
+    )
     monkeypatch.setenv("AIRFLOW__ABM__STATE_DIR", str(tmp_path / "state"))
     caplog.set_level(logging.DEBUG)
 
@@ -152,9 +154,15 @@ def test_both_example_dags_leave_the_key_nowhere(
     AbmHook(max_wait=2).create_export_job("TACTIC_PERFORMANCE", "0 5 * * *")
     emulator.fire("TACTIC_PERFORMANCE", api_key=KEY)
     emulator.inject_fault(method="POST", path="/exports/v1/exportJobs", kind="status", status=503)
-    emulator.inject_fault(method="GET", path="/exports/v1/.*/executions", kind="status", status=429, retryAfter="1")
-    emulator.inject_fault(origin="storage", method="GET", path="/.*", kind="disconnect_mid_body", afterBytes=20_000)
-    emulator.inject_fault(method="POST", path="/accountLists/v2/folders", kind="status", status=500, when="after")
+    emulator.inject_fault(
+        method="GET", path="/exports/v1/.*/executions", kind="status", status=429, retryAfter="1"
+    )
+    emulator.inject_fault(
+        origin="storage", method="GET", path="/.*", kind="disconnect_mid_body", afterBytes=20_000
+    )
+    emulator.inject_fault(
+        method="POST", path="/accountLists/v2/folders", kind="status", status=500, when="after"
+    )
     emulator.inject_fault(method="POST", path="/accountLists/v2/accountLists/.*/add", kind="reset")
 
     export_states = _run(DAGS / "abm_export_to_warehouse.py")
@@ -186,7 +194,10 @@ def test_both_example_dags_leave_the_key_nowhere(
 
 def _operator_errors(emulator: Any, tmp_path: Path) -> list[str]:
     """Texts and formatted tracebacks of failures: a refused key, an exhausted retry budget, a 404."""
-    from abm_provider.operators.account_lists import AddAccountsToListOperator, CreateAccountListFolderOperator
+    from abm_provider.operators.account_lists import (
+        AddAccountsToListOperator,
+        CreateAccountListFolderOperator,
+    )
     from abm_provider.operators.exports import CreateExportJobOperator
 
     context: Any = {"run_id": "manual__secrets", "ti": None}
@@ -196,7 +207,13 @@ def _operator_errors(emulator: Any, tmp_path: Path) -> list[str]:
             {"method": "POST", "path": "/accountLists/v2/folders", "kind": "status", "status": 401},
         ),
         (
-            CreateExportJobOperator(task_id="j", export_type="TACTIC_PERFORMANCE", schedule="0 5 * * *", max_attempts=2, max_wait=0.1),
+            CreateExportJobOperator(
+                task_id="j",
+                export_type="TACTIC_PERFORMANCE",
+                schedule="0 5 * * *",
+                max_attempts=2,
+                max_wait=0.1,
+            ),
             {"method": "*", "path": "/exports/.*", "kind": "status", "status": 503, "count": 10},
         ),
         (
@@ -218,6 +235,7 @@ def _operator_errors(emulator: Any, tmp_path: Path) -> list[str]:
             operator.execute(context)
         texts += [str(info.value), repr(info.value), "".join(traceback.format_exception(info.value))]
     emulator.clear_faults()
-    assert any("401" in t for t in texts) and any("503" in t for t in texts) and any("404" in t for t in texts)
+    assert (
+        any("401" in t for t in texts) and any("503" in t for t in texts) and any("404" in t for t in texts)
+    )
     return texts
-

@@ -74,6 +74,44 @@ def _check_if_exists(if_exists: str) -> None:
         raise ValueError(f"if_exists must be one of {list(_IF_EXISTS)}, got {if_exists!r}")
 
 
+def _is_deferred(value: Any) -> bool:
+    """Whether a value is only known at run time (a Jinja template or an XComArg), so not checked yet."""
+    return (isinstance(value, str) and "{{" in value) or _is_xcom_arg(value)
+
+
+def _check_id(value: Any, name: str) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is safe as one URL path segment.
+
+    A list id such as ``"../folders"`` or ``"x/accounts/remove"`` would address another endpoint; the
+    hook refuses it too, but only when the first request is built, as a plain ``ValueError`` that
+    Airflow retries in vain. Checking here fails the DAG at parse time, or the task without retries.
+    """
+    from abm_provider.hooks._policy import path_segment
+
+    path_segment(value, name)
+
+
+def _check_text(value: Any, name: str) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is a non-blank string."""
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {type(value).__name__} {value!r}")
+    if not value.strip():
+        raise ValueError(f"{name} is empty")
+
+
+def _check_folder_access(value: Any, name: str = "folder_access") -> None:
+    if value not in _FOLDER_ACCESS:
+        raise ValueError(f"{name} must be one of {list(_FOLDER_ACCESS)}, got {value!r}")
+
+
+def _fail_on_bad_argument(check: Any, value: Any, name: str) -> None:
+    """Run a parse-time check at execute time, where a rendered value is final: no retry can fix it."""
+    try:
+        check(value, name)
+    except ValueError as err:
+        raise AirflowFailException(str(err)) from err
+
+
 def _outcome_unknown(err: BaseException) -> bool:
     """Whether a failed create may still have happened (a 5xx or a lost connection after sending).
 
@@ -161,6 +199,10 @@ class CreateAccountListFolderOperator(_AbmOperatorMixin, BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         _check_if_exists(if_exists)
+        if not _is_deferred(folder_name):
+            _check_text(folder_name, "folder_name")
+        if not _is_deferred(folder_access):
+            _check_folder_access(folder_access)
         self.folder_name = folder_name
         self.folder_access = folder_access
         self.if_exists = if_exists
@@ -171,12 +213,8 @@ class CreateAccountListFolderOperator(_AbmOperatorMixin, BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Find by name through the folder listing, then create only if the policy says so."""
-        if not self.folder_name or not str(self.folder_name).strip():
-            raise AirflowFailException("folder_name is empty")
-        if self.folder_access not in _FOLDER_ACCESS:
-            raise AirflowFailException(
-                f"folder_access must be one of {list(_FOLDER_ACCESS)}, got {self.folder_access!r}"
-            )
+        _fail_on_bad_argument(_check_text, self.folder_name, "folder_name")
+        _fail_on_bad_argument(_check_folder_access, self.folder_access, "folder_access")
         hook = self.get_hook()
         matches = [f for f in hook.iter_folders() if f.get("name") == self.folder_name]
         if matches and self.if_exists == "fail":
@@ -253,6 +291,10 @@ class CreateAccountListOperator(_AbmOperatorMixin, BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         _check_if_exists(if_exists)
+        if not _is_deferred(list_name):
+            _check_text(list_name, "list_name")
+        if not _is_deferred(folder_id):
+            _check_text(folder_id, "folder_id")
         self.list_name = list_name
         self.folder_id = folder_id
         self.if_exists = if_exists
@@ -271,10 +313,8 @@ class CreateAccountListOperator(_AbmOperatorMixin, BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Find by name among the folder's lists, then create only if the policy says so."""
-        if not self.list_name or not str(self.list_name).strip():
-            raise AirflowFailException("list_name is empty")
-        if not self.folder_id:
-            raise AirflowFailException("folder_id is empty")
+        _fail_on_bad_argument(_check_text, self.list_name, "list_name")
+        _fail_on_bad_argument(_check_text, self.folder_id, "folder_id")
         hook = self.get_hook()
         matches = self._matches(hook)
         if matches and self.if_exists == "fail":
@@ -449,6 +489,8 @@ class _ListMembershipOperator(_AbmOperatorMixin, BaseOperator):
             normalise_column_map(column_map)
         if accounts_path is not None and file_format is None and "{{" not in str(accounts_path):
             detect_file_format(str(accounts_path))
+        if not _is_deferred(list_id):
+            _check_id(list_id, "list_id")
         self.list_id = list_id
         self.accounts = accounts
         self.accounts_path = accounts_path
@@ -532,8 +574,7 @@ class _ListMembershipOperator(_AbmOperatorMixin, BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Stream, validate, batch and send; write rejects as they appear; return a summary."""
-        if not self.list_id:
-            raise AirflowFailException("list_id is empty")
+        _fail_on_bad_argument(_check_id, self.list_id, "list_id")
         validator = AccountValidator(
             self.column_map,
             fields=self.api_fields,

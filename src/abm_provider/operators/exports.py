@@ -42,7 +42,12 @@ from abm_provider.download import (
     remove_stale_temps,
     write_manifest,
 )
-from abm_provider.operators.account_lists import _AbmOperatorMixin
+from abm_provider.operators.account_lists import (
+    _AbmOperatorMixin,
+    _check_id,
+    _fail_on_bad_argument,
+    _is_deferred,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -98,8 +103,10 @@ class CreateExportJobOperator(_AbmOperatorMixin, BaseOperator):
         super().__init__(**kwargs)
         if if_exists not in ("ignore", "fail"):
             raise ValueError(f"if_exists must be 'ignore' or 'fail', got {if_exists!r}")
-        if isinstance(schedule, str) and "{{" not in schedule:
-            # Fail at DAG parse time when the value is already known; templated ones are checked in execute.
+        # Fail at DAG parse time when the values are already known; templated ones are checked in execute.
+        if not _is_deferred(export_type):
+            _check_id(export_type, "export_type")
+        if not _is_deferred(schedule):
             validate_schedule(schedule)
         self.export_type = export_type
         self.schedule = schedule
@@ -129,8 +136,7 @@ class CreateExportJobOperator(_AbmOperatorMixin, BaseOperator):
         """Validate the schedule, then create; 409 is success or failure per ``if_exists``."""
         from abm_provider.exceptions import AbmApiError
 
-        if not self.export_type or not str(self.export_type).strip():
-            raise AirflowFailException("export_type is empty")
+        _fail_on_bad_argument(_check_id, self.export_type, "export_type")
         try:
             schedule = validate_schedule(self.schedule)
         except InvalidScheduleError as err:
@@ -470,7 +476,9 @@ class DownloadExecutionCsvOperator(_AbmOperatorMixin, BaseOperator):
         self.log.info("%s to %s", label, target)
         stale = remove_stale_temps(target)
         if stale:
-            self.log.warning("Removed %d temporary file(s) an interrupted earlier try left: %s", len(stale), stale)
+            self.log.warning(
+                "Removed %d temporary file(s) an interrupted earlier try left: %s", len(stale), stale
+            )
         with AtomicFile(target) as out:
             converter = CsvToParquet(out.open()) if self.to_parquet else None
             # The CSV's MD5 (for etag_is_md5) is computed inline only where it cannot be read back
