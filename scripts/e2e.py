@@ -12,7 +12,8 @@ Like the compose stack, all processes share one Airflow home (the compose ``airf
 one ``[abm] state_dir`` (the compose ``abm-state`` volume): the export DAG hands the downloaded CSV to
 the load task as a file path, which a worker on another host can only read through shared storage.
 
-Exit codes: 0 passed, 1 a check failed, 3 skipped (PostgreSQL or Redis unreachable; the reason is printed).
+Exit codes: 0 passed, 1 a check failed, 3 skipped (PostgreSQL or Redis unreachable; the reason is
+printed), 130 interrupted (Ctrl-C, SIGTERM or SIGHUP).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ LINK_TTL_SECONDS = 30 * 86_400
 POKE_INTERVAL_SECONDS = 5
 RUNS_TIMEOUT_SECONDS = 360
 SKIPPED = 3
+INTERRUPTED = 130
 RUN_MARKER = "ABM_E2E_RUN"
 # pg advisory lock key serialising e2e runs that share this PostgreSQL server and Redis db.
 LOCK_KEY = 0x0AB3_E2E0
@@ -484,7 +486,8 @@ def check_deferral(api: Api, procs: Processes, observed: Observed, failures: lis
         trigger = ti.get("trigger") or {}
         print(
             f"  REST: {run_id} deferred {elapsed:.0f} s into the e2e run, trigger {trigger.get('id')} "
-            f"{trigger.get('classpath')} created {trigger.get('created_date')}",
+            f"{trigger.get('classpath')} created {trigger.get('created_date')}; it had started on "
+            f"{ti.get('hostname')}",
             flush=True,
         )
         fired_by = []
@@ -650,6 +653,9 @@ def main() -> int:
     home = Path(tempfile.mkdtemp(prefix="abm-e2e-"))
     try:
         failures = run(home, started)
+    except KeyboardInterrupt as exc:
+        log(f"interrupted ({exc or 'Ctrl-C'}); every process started was stopped; logs kept in {home}")
+        return INTERRUPTED
     except Exception as exc:  # reported, with the logs kept for inspection
         failures = [f"{type(exc).__name__}: {exc}"]
         log(f"FAIL  {failures[0]}")

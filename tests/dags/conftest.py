@@ -1,92 +1,21 @@
-"""Run the example DAGs with ``dag.test()`` against the emulator, into DuckDB and into PostgreSQL.
+"""Fixtures for running the example DAGs with ``dag.test()`` against the emulator, into DuckDB and
+into PostgreSQL.
 
 Every connection comes from ``AIRFLOW_CONN_*`` environment variables (monkeypatched per test), as
 the DAGs would get them in production; nothing is written to the metadata database's connection
 table. The DAG files read their settings from the environment at import, so each test imports them
-afresh after the environment is set.
+afresh after the environment is set (``dagtest_support.load_dag``).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import closing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-DAGS = Path(__file__).resolve().parents[2] / "dags"
-PG_DATABASE = "abm_dagtest"
-PG_ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
-PG_DSN = f"host=127.0.0.1 port=5432 user=postgres dbname={PG_DATABASE} connect_timeout=3"
-#: Every table the two DAGs and the loader create, dropped before each PostgreSQL test.
-TABLES = (
-    "abm_tactic_performance",
-    "abm_load_ledger",
-    "abm_target_accounts",
-    "abm_list_membership",
-    "abm_list_rejects",
-)
-
-
-def ensure_postgres_database() -> str | None:
-    """Create the tests' own database when missing; ``None`` when ready, else why it is not."""
-    try:
-        import psycopg
-
-        with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as conn:
-            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [PG_DATABASE]).fetchone()
-            if exists is None:
-                conn.execute(f"CREATE DATABASE {PG_DATABASE}")
-        return None
-    except Exception as exc:
-        return f"PostgreSQL at 127.0.0.1:5432 (user postgres) is not reachable or refused: {exc}"
-
-
-class Warehouse:
-    """The warehouse one test writes to, read back with the database's own driver (not the hooks)."""
-
-    def __init__(self, kind: str, conn_env: str, location: str) -> None:
-        self.kind = kind
-        self.conn_env = conn_env
-        self.location = location
-
-    def _connect(self) -> Any:
-        if self.kind == "duckdb":
-            import duckdb
-
-            return duckdb.connect(self.location)
-        import psycopg
-
-        return psycopg.connect(PG_DSN)
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Rows of one query; the connection is closed at once so DAG tasks find the file unlocked."""
-        with closing(self._connect()) as conn:
-            cur = conn.cursor()
-            cur.execute(sql, list(params))
-            return [tuple(row) for row in cur.fetchall()]
-
-    def execute(self, sql: str, rows: Sequence[Sequence[Any]] | None = None) -> None:
-        marker = "?" if self.kind == "duckdb" else "%s"
-        with closing(self._connect()) as conn:
-            cur = conn.cursor()
-            if rows is None:
-                cur.execute(sql)
-            else:
-                cur.executemany(sql.replace("%s", marker), [list(r) for r in rows])
-            conn.commit()
-
-    def table_exists(self, table: str) -> bool:
-        return bool(self.query("SELECT 1 FROM information_schema.tables WHERE table_name = %s", [table]))
-
-    def query_p(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """``query`` with ``%s`` markers whatever the driver's style."""
-        return self.query(sql.replace("%s", "?") if self.kind == "duckdb" else sql, params)
+from dagtest_support import PG_DATABASE, TABLES, Warehouse, ensure_postgres_database
 
 
 @pytest.fixture(params=["duckdb", "postgres"])
@@ -129,35 +58,3 @@ def dag_env(
     monkeypatch.setenv("ABM_POKE_INTERVAL", "1")
     monkeypatch.setenv("ABM_TASK_RETRIES", "0")
     return state
-
-
-def load_dag(file_name: str) -> Any:
-    """Import a DAG file under a fresh module name, so it reads the current environment."""
-    name = f"abm_test_dag_{uuid.uuid4().hex}"
-    spec = importlib.util.spec_from_file_location(name, DAGS / file_name)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(name, None)
-    return module.dag
-
-
-def task_states(dag_run: Any) -> dict[str, str]:
-    return {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
-
-
-def xcom(dag_run: Any, task_id: str, key: str = "return_value") -> Any:
-    """A task's XCom from the metadata database, deserialised as a downstream task would see it."""
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        found = session.scalars(
-            XComModel.get_many(run_id=dag_run.run_id, key=key, task_ids=task_id, dag_ids=dag_run.dag_id)
-        ).first()
-        if found is None:
-            raise AssertionError(f"no XCom {key!r} for {task_id} in {dag_run.run_id}")
-        return XComModel.deserialize_value(found)

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dagtest_support import Warehouse, load_dag, task_states, xcom
 
 from abm_provider.triggers.exports import ExecutionCompleteTrigger
-from conftest import Warehouse, load_dag, task_states, xcom
 
 EXPORT_TYPE = "TACTIC_PERFORMANCE"
 TABLE = "abm_tactic_performance"

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from conftest import Warehouse, load_dag, task_states, xcom
+from dagtest_support import Warehouse, load_dag, task_states, xcom
 
 ORG = "00D000000000001"
 NOT_FOUND = "002000000000000099"  # well formed, but not an account id: the service reports it not found

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
+import json
 import re
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +109,80 @@ def test_connections_match_the_dags(compose: dict[str, Any]) -> None:
         assert {k for k in worker_env if k.startswith("AIRFLOW_CONN_")} >= {
             k for k in env if k.startswith("AIRFLOW_CONN_")
         }
+
+
+def substitute(text: str) -> str:
+    """Compose interpolation as ``docker compose`` does with an empty environment: ``${X:-d}`` -> d."""
+    text = re.sub(r"(?<!\$)\$\{[A-Za-z_][A-Za-z0-9_]*:-([^}]*)\}", r"\1", text)
+    return text.replace("$$", "$")
+
+
+def test_the_emulator_command_parses_with_the_cli(compose: dict[str, Any]) -> None:
+    """Every flag the service passes exists in ``abm-emulator`` and its values pass the CLI's checks."""
+    from abm_emulator.cli import build_parser
+
+    command = shlex.split(substitute(compose["services"]["abm-emulator"]["command"]))
+    assert command[0] == "abm-emulator"
+    parser = build_parser()
+    known = {option for action in parser._actions for option in action.option_strings}
+    flags = [word for word in command[1:] if word.startswith("--")]
+    assert set(flags) <= known, f"unknown flags {sorted(set(flags) - known)}"
+    args = parser.parse_args(command[1:])
+    assert args.host == "0.0.0.0" and args.public_host == "abm-emulator"
+    # Download links live in emulated seconds: at the service's clock speed they must outlast a download.
+    assert args.link_ttl / args.clock_speed >= 300
+
+
+def test_the_connections_reach_the_services(compose: dict[str, Any]) -> None:
+    env = compose["services"]["airflow-scheduler"]["environment"]
+    connections = {
+        key.removeprefix("AIRFLOW_CONN_").lower(): json.loads(substitute(value))
+        for key, value in env.items()
+        if key.startswith("AIRFLOW_CONN_")
+    }
+    emulator = compose["services"]["abm-emulator"]
+    api_port = shlex.split(emulator["command"])[shlex.split(emulator["command"]).index("--port") + 1]
+    abm = connections["abm_default"]
+    assert abm["conn_type"] == "abm"
+    assert abm["host"] == f"http://abm-emulator:{api_port}"
+    key = re.search(r"--api-key (\S+)", emulator["command"])
+    assert key and abm["password"] == substitute(key.group(1)), "connection and emulator keys differ"
+    warehouse = connections["abm_warehouse"]
+    assert warehouse["conn_type"] == "postgres" and warehouse["host"] == "postgres"
+    created = re.findall(r"CREATE DATABASE (\w+)", (ROOT / "docker" / "init-warehouse.sql").read_text())
+    assert warehouse["schema"] in created
+    postgres_env = compose["services"]["postgres"]["environment"]
+    assert (warehouse["login"], warehouse["password"]) == (
+        postgres_env["POSTGRES_USER"],
+        postgres_env["POSTGRES_PASSWORD"],
+    )
+
+
+def test_health_checks_run_something(compose: dict[str, Any]) -> None:
+    for name, service in compose["services"].items():
+        test = service["healthcheck"]["test"]
+        assert isinstance(test, list) and test[0] in ("CMD", "CMD-SHELL") and len(test) > 1, name
+
+
+def test_the_dockerfile_installs_extras_the_project_defines() -> None:
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    match = re.search(r'"/opt/abm\[([^\]]*)\]"', DOCKERFILE.read_text())
+    assert match, "the Dockerfile does not install the provider from the source tree"
+    wanted = set(match.group(1).split(","))
+    assert wanted <= extras and "postgres" in wanted
+
+
+def test_the_e2e_run_defines_the_same_connections_as_compose(compose: dict[str, Any]) -> None:
+    """``make e2e`` is the compose topology as local processes: the DAGs must find the same connections."""
+    spec = importlib.util.spec_from_file_location("abm_e2e", ROOT / "scripts" / "e2e.py")
+    assert spec and spec.loader
+    e2e = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = e2e  # its dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(e2e)
+    local = e2e.airflow_env(Path("/tmp/home"), 8080, "http://127.0.0.1:1", "marker")
+    compose_env = compose["services"]["airflow-worker"]["environment"]
+    assert {k for k in local if k.startswith("AIRFLOW_CONN_")} == {
+        k for k in compose_env if k.startswith("AIRFLOW_CONN_")
+    }
+    assert local["AIRFLOW__CORE__EXECUTOR"] == compose_env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+    assert "AIRFLOW__ABM__STATE_DIR" in local and "AIRFLOW__ABM__STATE_DIR" in compose_env

@@ -339,3 +339,26 @@ def test_crash_point_counts_are_what_the_docs_say() -> None:
     assert (len(DOWNLOAD_POINTS), len(LOAD_POINTS)) == (5, 6)
     doc = (Path(__file__).resolve().parents[2] / "docs" / "bad-inputs.md").read_text(encoding="utf-8")
     assert f"{len(DOWNLOAD_POINTS) + 2 * len(LOAD_POINTS)} crash points" in doc
+
+
+def test_only_an_earlier_try_s_temporary_files_are_swept(tmp_path: Path) -> None:
+    """The sweep before a download removes ``.<name>.<12 hex>.part`` of that target and nothing else."""
+    from abm_provider.download import remove_stale_temps
+
+    names = {
+        ".exp[1].csv.0123456789ab.part": False,  # the target's own stale temp: removed
+        ".exp[1].csv.manifest.json.0123456789ab.part": True,
+        ".exp[1].csv.notahexsuffix.part": True,
+        ".expX1].csv.0123456789ab.part": True,  # '[1]' must not act as a glob class
+        ".other.csv.0123456789ab.part": True,
+        "exp[1].csv.manifest.json": True,
+    }
+    for name in names:
+        (tmp_path / name).write_bytes(b"x")
+    target = tmp_path / "exp[1].csv"
+    target.write_bytes(b"whole")
+
+    removed = remove_stale_temps(_storage(target))
+
+    assert removed == [".exp[1].csv.0123456789ab.part"]
+    assert {p.name for p in tmp_path.iterdir()} == {n for n, kept in names.items() if kept} | {target.name}

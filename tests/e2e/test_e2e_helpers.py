@@ -1,0 +1,84 @@
+"""The parts of `scripts/e2e.py` that decide skip versus fail and find what to clean up, without Airflow."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"abm_{name}", ROOT / "scripts" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def e2e() -> ModuleType:
+    return load("e2e")
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_unreachable_postgres_skips_with_the_reason(
+    e2e: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(e2e, "PG_PORT", closed_port())
+    monkeypatch.setattr(e2e, "REDIS_PORT", closed_port())
+    assert e2e.main() == e2e.SKIPPED == 3
+    assert "SKIPPED: PostgreSQL and Redis not reachable" in capsys.readouterr().out
+
+
+def test_the_hostname_callable_names_each_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    hostname = load("e2e_hostname").hostname
+    monkeypatch.setenv("ABM_E2E_HOSTNAME", "worker-b")
+    assert hostname() == "worker-b"
+    monkeypatch.delenv("ABM_E2E_HOSTNAME")
+    assert hostname() == socket.getfqdn()
+
+
+def test_marked_processes_are_found_at_any_depth(e2e: ModuleType) -> None:
+    """A grandchild that left the process group is still found through the marker in its environment."""
+    marker = os.urandom(8).hex()
+    env = {**os.environ, e2e.RUN_MARKER: marker}
+    parent = subprocess.Popen(
+        ["bash", "-c", "setsid sleep 30 & echo $!; wait"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert parent.stdout is not None
+        grandchild = int(parent.stdout.readline())
+        found = set(e2e.marked_pids(marker))
+        assert {parent.pid, grandchild} <= found
+        assert not set(e2e.marked_pids(marker + "x"))
+    finally:
+        for pid in e2e.marked_pids(marker):
+            os.kill(pid, 9)
+        parent.wait(10)
+    assert e2e.marked_pids(marker) == []
+
+
+def test_trigger_logs_are_read_by_triggerer_job(e2e: ModuleType, tmp_path: Path) -> None:
+    dag_id, task_id = e2e.SENSOR
+    folder = tmp_path / "logs" / f"dag_id={dag_id}" / "run_id=r1" / f"task_id={task_id}"
+    folder.mkdir(parents=True)
+    (folder / "attempt=1.log").write_text(json.dumps({"event": "Pausing task as DEFERRED."}) + "\n")
+    events = [{"event": "trigger starting"}, {"event": "Trigger fired event"}]
+    (folder / "attempt=1.log.trigger.7.log").write_text("\n".join(map(json.dumps, events)) + "\nnot json\n")
+    assert e2e.trigger_logs(tmp_path, "r1") == {7: ["trigger starting", "Trigger fired event"]}
+    assert e2e.trigger_logs(tmp_path, "other") == {}
