@@ -41,7 +41,7 @@ def test_unreachable_postgres_skips_with_the_reason(
 ) -> None:
     monkeypatch.setattr(e2e, "PG_PORT", closed_port())
     monkeypatch.setattr(e2e, "REDIS_PORT", closed_port())
-    assert e2e.main() == e2e.SKIPPED == 3
+    assert e2e.main([]) == e2e.SKIPPED == 3
     assert "SKIPPED: PostgreSQL and Redis not reachable" in capsys.readouterr().out
 
 
@@ -78,7 +78,11 @@ def test_trigger_logs_are_read_by_triggerer_job(e2e: ModuleType, tmp_path: Path)
     folder = tmp_path / "logs" / f"dag_id={dag_id}" / "run_id=r1" / f"task_id={task_id}"
     folder.mkdir(parents=True)
     (folder / "attempt=1.log").write_text(json.dumps({"event": "Pausing task as DEFERRED."}) + "\n")
-    events = [{"event": "trigger starting"}, {"event": "Trigger fired event"}]
+    events = [
+        {"timestamp": "2026-11-22T21:08:44.1Z", "event": "trigger starting"},
+        {"timestamp": "2026-11-22T21:09:40.2Z", "event": "Trigger fired event"},
+    ]
     (folder / "attempt=1.log.trigger.7.log").write_text("\n".join(map(json.dumps, events)) + "\nnot json\n")
-    assert e2e.trigger_logs(tmp_path, "r1") == {7: ["trigger starting", "Trigger fired event"]}
+    expected = ["21:08:44 trigger starting", "21:09:40 Trigger fired event"]
+    assert e2e.trigger_logs(tmp_path, "r1") == {7: expected}
     assert e2e.trigger_logs(tmp_path, "other") == {}

@@ -446,7 +446,7 @@ HOW = {
     "short body": "not detected: the storage answered 200 with half the file and a `Content-Length` "
     "matching that half; the emulator's `ETag` is not an MD5, so the half file is published as the "
     "download (with `etag_is_md5=True` against a store whose `ETag` is the MD5, such as S3 single-part "
-    "uploads, the mismatch fails the task instead)",
+    "uploads, the mismatch fails the task instead: `tests/exports/test_download_units.py`)",
 }
 
 _OK = Expected("ok", 2, "retried")

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -157,8 +158,9 @@ def test_twenty_parallel_add_tasks_lose_no_account(
             max_attempts=10,
             max_wait=0.5,
         )
-        ti = {"dag_id": "abm_load", "task_id": f"add_{task}", "run_id": "manual__load"}
-        return operator.execute({"run_id": "manual__load", "ti": type("TI", (), ti)()})  # type: ignore[arg-type]
+        ti = SimpleNamespace(dag_id="abm_load", task_id=f"add_{task}", run_id="manual__load")
+        context: Any = {"run_id": "manual__load", "ti": ti}
+        return operator.execute(context)
 
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=20) as pool:

@@ -20,6 +20,8 @@ import base64
 import importlib.util
 import json
 import logging
+import threading
+import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,9 +73,22 @@ def _register(dag: Any) -> None:
 
 def _run(path: Path) -> dict[str, str]:
     dag = _load_dag(path)
+    if "wait_for_execution" in dag.task_dict:
+        # The example polls every minute; the test polls every second, the DAG is otherwise as shipped.
+        dag.task_dict["wait_for_execution"].poke_interval = 1
     _register(dag)
     dag_run = dag.test()
     return {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
+
+
+def _fire_once_polled(emulator: Any) -> None:
+    """Start a COMPLETE execution once the sensor has asked for executions (and found none)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if any(e["path"].endswith("/executions") and e["status"] == 200 for e in emulator.requests_seen()):
+            break
+        time.sleep(0.2)
+    emulator.fire("TACTIC_PERFORMANCE", api_key=KEY)
 
 
 def _seed_targets(warehouse: Path) -> None:
@@ -90,10 +105,9 @@ def _seed_targets(warehouse: Path) -> None:
 
 def _database_text() -> str:
     """Every row of every table of the metadata database, trigger kwargs decrypted, as one text."""
-    from sqlalchemy import MetaData, select
-
     from airflow.models.trigger import Trigger
     from airflow.utils.session import create_session
+    from sqlalchemy import MetaData, select
 
     parts: list[str] = []
     with create_session() as session:
@@ -147,12 +161,14 @@ def test_both_example_dags_leave_the_key_nowhere(
     monkeypatch.setenv("AIRFLOW__ABM__STATE_DIR", str(tmp_path / "state"))
     caplog.set_level(logging.DEBUG)
 
-    # The export job exists and has a COMPLETE execution newer than the run's data interval, so the
-    # deferred sensor's first poll succeeds; retries are provoked on the way.
+    # The export job exists; an execution completes once the sensor has looked and found none, so it
+    # defers and its trigger polls. Retries are provoked on the way.
     from abm_provider.hooks.abm import AbmHook
 
     AbmHook(max_wait=2).create_export_job("TACTIC_PERFORMANCE", "0 5 * * *")
-    emulator.fire("TACTIC_PERFORMANCE", api_key=KEY)
+    emulator.admin("DELETE", "/_admin/requests")
+    firing = threading.Thread(target=_fire_once_polled, args=(emulator,), daemon=True)
+    firing.start()
     emulator.inject_fault(method="POST", path="/exports/v1/exportJobs", kind="status", status=503)
     emulator.inject_fault(
         method="GET", path="/exports/v1/.*/executions", kind="status", status=429, retryAfter="1"
@@ -166,6 +182,7 @@ def test_both_example_dags_leave_the_key_nowhere(
     emulator.inject_fault(method="POST", path="/accountLists/v2/accountLists/.*/add", kind="reset")
 
     export_states = _run(DAGS / "abm_export_to_warehouse.py")
+    firing.join(timeout=5)
     sync_states = _run(DAGS / "abm_sync_account_lists.py")
     assert set(export_states.values()) == {"success"}, export_states
     assert set(sync_states.values()) == {"success"}, sync_states
@@ -182,6 +199,11 @@ def test_both_example_dags_leave_the_key_nowhere(
     assert "503" in logged and "429" in logged and "Resuming download" in logged
     assert "rendered_task_instance_fields" in database and "xcom" in database
     assert file_count > 3
+    tables = sorted({line.split(":", 1)[0] for line in database.splitlines() if ": " in line})
+    print(
+        f"\nsearched {len(logged)} chars of logs, {len(database)} chars of metadata DB rows "
+        f"(tables with rows: {', '.join(tables)}), {file_count} files, {len(errors)} exception texts"
+    )
     for secret in _forms(KEY):
         assert secret not in logged, "the key is in a log line"
         assert secret not in database, "the key is in the metadata database"
@@ -239,3 +261,26 @@ def _operator_errors(emulator: Any, tmp_path: Path) -> list[str]:
         any("401" in t for t in texts) and any("503" in t for t in texts) and any("404" in t for t in texts)
     )
     return texts
+
+
+@pytest.mark.parametrize("auth_type", ["bearer", "basic"])
+async def test_bearer_and_basic_work_for_the_worker_and_the_triggerer_hooks(
+    keyed_emulator: Any, monkeypatch: pytest.MonkeyPatch, auth_type: str
+) -> None:
+    """The sync hook's Basic is tested in tests/hooks; the async hook (triggerer) with both is here."""
+    from abm_provider.hooks.abm import AbmAsyncHook, AbmHook
+
+    emulator = keyed_emulator
+    emulator.reset()
+    conn = {"conn_type": "abm", "host": emulator.base_url, "password": KEY, "extra": {"auth_type": auth_type}}
+    monkeypatch.setenv("AIRFLOW_CONN_ABM_AUTH", json.dumps(conn))
+    hook = AbmHook("abm_auth")
+    hook.create_export_job("TACTIC_PERFORMANCE", "0 5 * * *")
+    hook.close()
+    fired = emulator.fire("TACTIC_PERFORMANCE", api_key=KEY)
+    async with AbmAsyncHook("abm_auth") as async_hook:
+        listed = [e["id"] async for e in async_hook.iter_executions("TACTIC_PERFORMANCE")]
+    assert listed == [fired["id"]]
+    sent = [e["headers"]["authorization"] for e in emulator.requests_seen() if e["origin"] == "api"]
+    expected = f"Bearer {KEY}" if auth_type == "bearer" else f"Basic {_forms(KEY)[1]}"
+    assert len(sent) == 2 and set(sent) == {expected}
