@@ -26,7 +26,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from abm_provider.warehouse import LoadRequest, Method, SchemaMismatch, TooManyRejects, loader_for
 from abm_provider.warehouse.ledger import DEFAULT_LEDGER_TABLE
-from abm_provider.warehouse.records import read_header
+from abm_provider.warehouse.records import UnreadableFile, read_header
 from abm_provider.warehouse.rejects import default_rejects_path
 from abm_provider.warehouse.schema import TableName, check_identifier, export_schema
 
@@ -209,8 +209,8 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         )
         try:
             result = loader.load(request, read_header(path))
-        except (SchemaMismatch, TooManyRejects) as exc:
-            # Bad data or a schema change: retrying the same file cannot succeed.
+        except (UnreadableFile, SchemaMismatch, TooManyRejects) as exc:
+            # A broken file, bad data or a schema change: retrying the same file cannot succeed.
             raise AirflowFailException(str(exc)) from exc
         if result.skipped:
             self.log.info("Skipped: execution %s was already loaded into %s", result.execution_id, table)

@@ -9,7 +9,9 @@ typed column's cast error would be reported as a malformed line.
 ``store_rejects`` lets the read finish when a record cannot be split (wrong field count, broken
 quote, bytes that are not UTF-8) and tells whether there was one. If so, or if DuckDB refuses the
 file, or the file holds a carriage return (DuckDB 1.x mis-splits ``\r`` inside quoted fields, found
-by the round-trip property test), the file is staged again through Python's ``csv`` module and
+by the round-trip property test) or a NUL byte (DuckDB stores it in VARCHAR, PostgreSQL's text cannot
+hold it, so the same record would load here and be rejected there), the file is staged again
+through Python's ``csv`` module and
 Arrow batches: the scanner the other paths use then decides structure and record numbers, so line
 numbers in the rejects file are exact. Exports are machine-written, so the fast path is the norm.
 
@@ -31,7 +33,7 @@ from typing import Any, ClassVar
 import duckdb
 
 from abm_provider.warehouse.base import STAGE_TABLE, ColumnPlan, LoadRequest, WarehouseLoader
-from abm_provider.warehouse.records import iter_records
+from abm_provider.warehouse.records import MAX_FIELD_BYTES, iter_records
 from abm_provider.warehouse.schema import Kind, TableName, quote
 
 _REJECTS_TABLE = "_abm_reject_errors"
@@ -89,11 +91,13 @@ class DuckDBLoader(WarehouseLoader):
 
     def stage(self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str) -> dict[int, str]:
         cur.execute(f"DROP TABLE IF EXISTS {STAGE_TABLE}")
-        if _contains_cr(request.path):
+        awkward = _awkward_bytes(request.path)
+        if awkward:
             self.log.warning(
-                "%s contains carriage returns; DuckDB's reader mis-splits them inside quoted fields, so "
-                "it is staged through Python instead (slower)",
+                "%s contains %s, which DuckDB's reader does not treat as the other warehouses do; it is "
+                "staged through Python instead (slower)",
                 request.path.name,
+                awkward,
             )
             return self._stage_checked(cur, request, plan, reason_sql)
         columns = ", ".join(f"'{name}': 'VARCHAR'" for name in plan.header)
@@ -102,6 +106,7 @@ class DuckDBLoader(WarehouseLoader):
                 f"CREATE TEMP TABLE {STAGE_TABLE} AS SELECT *, {reason_sql} AS _reason FROM read_csv(?, "
                 f"header = true, auto_detect = false, delim = ',', quote = '\"', escape = '\"', "
                 f"columns = {{{columns}}}, allow_quoted_nulls = false, strict_mode = true, "
+                f"max_line_size = {MAX_FIELD_BYTES}, "
                 f"store_rejects = true, rejects_table = '{_REJECTS_TABLE}', "
                 f"rejects_scan = '{_REJECTS_SCAN}')",
                 [str(request.path)],
@@ -183,10 +188,15 @@ def _setting(value: str) -> str:
     return value
 
 
-def _contains_cr(path: Path) -> bool:
-    """Whether the file holds a carriage return anywhere (a byte search, several GB/s)."""
+def _awkward_bytes(path: Path) -> str | None:
+    """Name the first byte the fast reader mishandles (carriage return, NUL), or ``None``.
+
+    A byte search at several GB/s, so the fast path stays fast for the machine-written exports.
+    """
+    names = {b"\r": "carriage returns", b"\x00": "NUL bytes"}
     with path.open("rb") as handle:
         while chunk := handle.read(8 << 20):
-            if b"\r" in chunk:
-                return True
-    return False
+            for byte, name in names.items():
+                if byte in chunk:
+                    return name
+    return None

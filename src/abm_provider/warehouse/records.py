@@ -19,6 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _BOM = "\ufeff"
+#: The longest field any path accepts. Python's csv module stops at 128 KiB by default and DuckDB's
+#: reader at 2 MB a line, which would reject a valid record with a long free-text value on one path
+#: and load it on another; the bound stays so that an unclosed quote cannot swallow a whole file into
+#: memory.
+MAX_FIELD_BYTES = 64 * 1024 * 1024
+csv.field_size_limit(max(csv.field_size_limit(), MAX_FIELD_BYTES))
+
+
+class UnreadableFile(ValueError):
+    """The file has no usable header (empty, not CSV, not UTF-8): no load of it can succeed."""
 
 
 @dataclass(frozen=True)
@@ -75,13 +85,13 @@ def read_header(path: Path) -> list[str]:
     try:
         row = next(csv.reader(feed, strict=True), None)
     except csv.Error as exc:
-        raise ValueError(f"{path}: the header row is not valid CSV: {exc}") from exc
+        raise UnreadableFile(f"{path}: the header row is not valid CSV: {exc}") from exc
     finally:
         feed.close()
     if not row:
-        raise ValueError(f"{path}: the file is empty; expected a header row")
+        raise UnreadableFile(f"{path}: the file is empty; expected a header row")
     if any(_has_surrogates(name) for name in row):
-        raise ValueError(f"{path}: the header row is not valid UTF-8")
+        raise UnreadableFile(f"{path}: the header row is not valid UTF-8")
     row[0] = row[0].removeprefix(_BOM)
     return [name.strip() for name in row]
 
