@@ -113,3 +113,28 @@ def test_a_clean_reload_removes_a_stale_rejects_file(native_warehouse, tmp_path)
     path.write_text(",".join(TACTIC_COLUMNS) + "\n" + line(GOOD[0]) + "\n", encoding="utf-8")
     out = native_warehouse.operator(source=download_xcom(path, "m2")).execute(context={})
     assert out["rows_rejected"] == 0 and out["rejects_path"] is None and not stale.exists()
+
+
+@pytest.mark.parametrize("carriage_return", [False, True], ids=["plain", "carriage_return"])
+def test_a_quoted_empty_key_is_rejected_on_every_path(warehouse, tmp_path, carriage_return):
+    """``""`` in a key column is a missing key, whether the bulk reader or the fallback stages the file.
+
+    Found by the round-trip property test: the bulk readers stage a quoted empty field as '' (not
+    NULL), so PostgreSQL's COPY and DuckDB's read_csv loaded a row with an empty tactic_id, while the
+    same record in a file that needs the Python fallback (a carriage return anywhere) was rejected.
+    """
+    name = '"cr\rinside"' if carriage_return else "plain"
+    g = GOOD
+    fields = [g[1][c] if c != "campaign_name" else "c" for c in TACTIC_COLUMNS]
+    fields[TACTIC_COLUMNS.index("tactic_id")] = '""'
+    fields[TACTIC_COLUMNS.index("tactic_name")] = name
+    text = "\n".join([",".join(TACTIC_COLUMNS), line(g[0]), ",".join(fields)])
+    path = tmp_path / "empty_key.csv"
+    path.write_bytes((text + "\n").encode("utf-8"))
+    assert b',"",' in path.read_bytes()
+
+    out = warehouse.operator(source=download_xcom(path, "ek"), max_rejected=1).execute(context={})
+
+    assert warehouse.contents() == expected("TACTIC_PERFORMANCE", [g[0]])
+    (reject,) = read_rejects(Path(out["rejects_path"]))
+    assert (int(reject["line"]), reject["reason"]) == (3, "missing value in key column tactic_id")

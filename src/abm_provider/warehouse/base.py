@@ -320,7 +320,11 @@ class WarehouseLoader(ABC):
 
     def reason_sql(self, plan: ColumnPlan, keys: Sequence[str]) -> str:
         """A CASE that names the first broken rule of a staged row, or is NULL for a sound row."""
-        whens = [f"WHEN {quote(k)} IS NULL THEN 'missing value in key column {k}'" for k in keys]
+        # A quoted empty field ("") is staged as '' by the bulk readers but as NULL by the Python
+        # fallbacks and the generic path; an empty key is missing on every path alike.
+        whens = [
+            f"WHEN {quote(k)} IS NULL OR {quote(k)} = '' THEN 'missing value in key column {k}'" for k in keys
+        ]
         for name in plan.header:
             kind = plan.kinds[name]
             if kind.pattern is None:
