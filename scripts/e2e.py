@@ -60,14 +60,19 @@ CLOCK_SPEED = 1_440.0
 # Download links live in emulated seconds; at this clock speed the default 900 s is under half a second.
 LINK_TTL_SECONDS = 30 * 86_400
 POKE_INTERVAL_SECONDS = 5
-RUNS_TIMEOUT_SECONDS = 360
+# Limits of each wait, summing (with the stop) to under the 10 minutes the run may take; a passing run
+# on this machine needs about 3 s, 15 s, 1 s and 75 s of them.
+MIGRATE_TIMEOUT_SECONDS = 90
+API_TIMEOUT_SECONDS = 90
+PARSE_TIMEOUT_SECONDS = 90
+RUNS_TIMEOUT_SECONDS = 270
 SKIPPED = 3
 INTERRUPTED = 130
 RUN_MARKER = "ABM_E2E_RUN"
 T = TypeVar("T")
 # pg advisory lock key serialising e2e runs that share this PostgreSQL server and Redis db.
 LOCK_KEY = 0x0AB3_E2E0
-LOCK_TIMEOUT_SECONDS = 600
+LOCK_TIMEOUT_SECONDS = 240
 
 
 def log(message: str) -> None:
@@ -607,7 +612,8 @@ def trigger_dags(api: Api, procs: Processes) -> dict[str, str]:
     scheduled run, and both kinds run on the workers. A logical date is given, as the UI's trigger form
     does, because the export DAG's sensor reads ``data_interval_end``."""
     for dag_id in DAGS:
-        api.wait_until(f"{dag_id} to be parsed", partial(api.call, "GET", f"/dags/{dag_id}"), procs, 180)
+        parsed = partial(api.call, "GET", f"/dags/{dag_id}")
+        api.wait_until(f"{dag_id} to be parsed", parsed, procs, PARSE_TIMEOUT_SECONDS)
     runs: dict[str, str] = {}
     for dag_id in DAGS:
         body = {"logical_date": datetime.now(UTC).isoformat(), "conf": {}}
@@ -630,13 +636,17 @@ def run(home: Path, started: float, private_disks: bool) -> list[str]:
         log(f"AIRFLOW_HOME {home}; metadata DB {META_DB}, warehouse DB {WAREHOUSE_DB}, redis db {REDIS_DB}")
         airflow = str(Path(sys.executable).with_name("airflow"))
         subprocess.run(
-            [airflow, "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL, timeout=300
+            [airflow, "db", "migrate"],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            timeout=MIGRATE_TIMEOUT_SECONDS,
         )
         log("metadata database migrated")
         seed_target_accounts()
         start_airflow(procs, api_port, private_disks)
         api = Api(api_port)
-        api.wait_until("the API server", lambda: api.call("GET", "/version"), procs, 120)
+        api.wait_until("the API server", lambda: api.call("GET", "/version"), procs, API_TIMEOUT_SECONDS)
         emulator = stack.enter_context(emulator_running(emulator_port, storage_port))
         log(f"emulator at {emulator.base_url}, clock {emulator.clock()}")
         try:

@@ -60,7 +60,10 @@ class Warehouse:
         return psycopg.connect(PG_DSN)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Rows of one query; the connection is closed at once so DAG tasks find the file unlocked."""
+        """Rows of one query (``%s`` markers on both drivers); the connection is closed at once so DAG
+        tasks find the DuckDB file unlocked."""
+        if self.kind == "duckdb":
+            sql = sql.replace("%s", "?")
         with closing(self._connect()) as conn:
             cur = conn.cursor()
             cur.execute(sql, list(params))
@@ -75,13 +78,6 @@ class Warehouse:
             else:
                 cur.executemany(sql.replace("%s", marker), [list(r) for r in rows])
             conn.commit()
-
-    def table_exists(self, table: str) -> bool:
-        return bool(self.query("SELECT 1 FROM information_schema.tables WHERE table_name = %s", [table]))
-
-    def query_p(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """``query`` with ``%s`` markers whatever the driver's style."""
-        return self.query(sql.replace("%s", "?") if self.kind == "duckdb" else sql, params)
 
 
 def load_dag(file_name: str) -> Any:

@@ -43,7 +43,7 @@ def members(emulator: Any, list_id: str) -> set[str]:
 
 
 def membership(warehouse: Warehouse, list_id: str) -> list[str]:
-    rows = warehouse.query_p(
+    rows = warehouse.query(
         "SELECT account_id FROM abm_list_membership WHERE list_id = %s ORDER BY account_id", [list_id]
     )
     return [r[0] for r in rows]

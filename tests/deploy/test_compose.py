@@ -131,6 +131,13 @@ def test_the_emulator_command_parses_with_the_cli(compose: dict[str, Any]) -> No
     assert args.host == "0.0.0.0" and args.public_host == "abm-emulator"
     # Download links live in emulated seconds: at the service's clock speed they must outlast a download.
     assert args.link_ttl / args.clock_speed >= 300
+    # The health check asks the emulator's own admin route, on the port the command listens on.
+    from abm_emulator.admin import admin_router
+
+    probe = " ".join(compose["services"]["abm-emulator"]["healthcheck"]["test"])
+    url = re.search(r"http://localhost:(\d+)(/\S+?)'", probe)
+    assert url and int(url.group(1)) == args.port
+    assert url.group(2) in {route.path for route in admin_router.routes}  # type: ignore[attr-defined]
 
 
 def test_the_connections_reach_the_services(compose: dict[str, Any]) -> None:

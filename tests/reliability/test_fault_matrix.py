@@ -5,8 +5,8 @@ through its operator (the hook for listing executions), and checks three things 
 whether it succeeded or failed (and with which exception and status), how many requests reached the
 faulted endpoint (so "retried", "reconciled without re-sending" and "not retried" are observed, not
 assumed), and the emulator's state afterwards (exactly one folder, list or job; the right membership;
-the right bytes in the file; nothing half-written). ``docs/fault-matrix.md`` is rendered from the same
-table, and a test fails when the two differ; regenerate it with
+the right bytes in the file; nothing half-written). The README's "What happens when..." table is
+rendered from the same table, and a test fails when the two differ; regenerate it with
 ``.venv/bin/python tests/reliability/test_fault_matrix.py``.
 """
 
@@ -24,13 +24,15 @@ from typing import Any, Literal
 import pytest
 import requests
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "fault-matrix.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
+#: The README's generated table stands between these two lines.
+BEGIN, END = "<!-- fault-matrix:begin -->", "<!-- fault-matrix:end -->"
 EXPORT_TYPE = "TACTIC_PERFORMANCE"
 CRM_ORG = "00D000000000001"
 ACCOUNTS = [{"id": f"001{i:012d}", "name": f"Account {i}", "crmOrgId": CRM_ORG} for i in range(1, 26)]
 REMOVED = ACCOUNTS[:10]
-#: Retry settings for every cell: small waits so the matrix is quick, enough attempts for one fault.
-RETRY = {"max_attempts": 3, "max_wait": 1.0, "request_timeout": 5.0}
+#: Retry settings for every cell: short waits so the matrix is quick, enough attempts for one fault.
+RETRY = {"max_attempts": 3, "max_wait": 0.3, "request_timeout": 5.0}
 #: The delay cells shorten the request timeout below the injected delay.
 DELAY_TIMEOUT = 1.0
 DELAY_SECONDS = 1.6
@@ -540,12 +542,11 @@ def _cell_text(expected: Expected) -> str:
 
 
 def render_markdown() -> str:
-    """``docs/fault-matrix.md``: the "What happens when..." table, rendered from ``EXPECTED``."""
+    """The README's "What happens when..." table, rendered from ``EXPECTED``."""
     lines = [
+        BEGIN,
         "<!-- Generated from tests/reliability/test_fault_matrix.py; do not edit by hand.",
         "     Regenerate: .venv/bin/python tests/reliability/test_fault_matrix.py -->",
-        "### What happens when...",
-        "",
         "Each cell is a test (`tests/reliability/test_fault_matrix.py`): the fault is injected once into "
         "the emulator on the operation's request, the operation runs with `max_attempts=3`, and the test "
         "checks the outcome, how many requests reached the endpoint (in brackets) and the service's "
@@ -566,14 +567,20 @@ def render_markdown() -> str:
         "The download's faults hit the storage origin that serves `downloadUri`; the others hit the API. "
         "A fault that keeps coming back (more than `max_attempts`) fails the task with `AbmApiError` "
         "naming the status and the number of attempts; Airflow's task `retries` then apply.",
-        "",
+        END,
     ]
     return "\n".join(lines)
 
 
-def test_document_matches_the_tested_table() -> None:
-    assert DOC.read_text(encoding="utf-8") == render_markdown(), (
-        "docs/fault-matrix.md is out of date: run .venv/bin/python tests/reliability/test_fault_matrix.py"
+def readme_block(text: str) -> str:
+    """The generated part of the README, markers included."""
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    return text[start:end]
+
+
+def test_readme_table_matches_the_tested_table() -> None:
+    assert readme_block(README.read_text(encoding="utf-8")) == render_markdown(), (
+        "README.md's fault table is out of date: run .venv/bin/python tests/reliability/test_fault_matrix.py"
     )
 
 
@@ -600,6 +607,22 @@ def _requests_to(abm: Any, operation: Operation) -> list[dict[str, Any]]:
     ]
 
 
+def _retry_for(fault: Fault) -> dict[str, Any]:
+    """``RETRY``, with room for the waits two faults need.
+
+    A ``Retry-After`` longer than ``max_wait`` ends the call (by design), so that cell allows it. A
+    create that timed out waits ``min(timeout, max_wait)`` for the slow request to land before it
+    looks for it, so the delay cell's ``max_wait`` is not below its shortened timeout.
+    """
+    retry = dict(RETRY)
+    if "retryAfter" in fault.spec:
+        retry["max_wait"] = float(fault.spec["retryAfter"])
+    if fault.spec["kind"] == "delay":
+        retry["request_timeout"] = DELAY_TIMEOUT
+        retry["max_wait"] = DELAY_TIMEOUT
+    return retry
+
+
 @pytest.mark.parametrize("operation_key", list(OPERATION_BY_KEY))
 @pytest.mark.parametrize("fault_key", list(FAULT_BY_KEY))
 def test_fault_matrix(
@@ -610,9 +633,7 @@ def test_fault_matrix(
     expected = EXPECTED[fault_key][operation_key]
     prep = operation.prepare(abm, tmp_path)
     abm.admin("DELETE", "/_admin/requests")
-    retry = dict(RETRY)
-    if fault.spec["kind"] == "delay":
-        retry["request_timeout"] = DELAY_TIMEOUT
+    retry = _retry_for(fault)
     abm.inject_fault(origin=operation.origin, method=operation.method, path=operation.path, **fault.spec)
 
     if expected.outcome == "ok":
@@ -665,5 +686,6 @@ def test_a_delayed_create_still_happens_after_the_client_gave_up(abm: Any) -> No
 
 
 if __name__ == "__main__":
-    DOC.write_text(render_markdown(), encoding="utf-8")
-    sys.stdout.write(f"wrote {DOC}\n")
+    text = README.read_text(encoding="utf-8")
+    README.write_text(text.replace(readme_block(text), render_markdown()), encoding="utf-8")
+    sys.stdout.write(f"wrote the fault table into {README}\n")
