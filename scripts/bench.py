@@ -1,0 +1,871 @@
+"""`make bench`: the provider against the ceiling and against what users write by hand.
+
+Four sections, each against a real emulator process on free loopback ports (issue 8):
+
+1. ``export``: a TACTIC_PERFORMANCE export downloaded and loaded into DuckDB and PostgreSQL by
+   ``DownloadExecutionCsvOperator`` + ``ExecutionCsvToSqlOperator``, beside the ceiling (``curl`` to a
+   file, then DuckDB ``read_csv`` / ``psql \\copy``) and the hand-written ``requests`` + ``pandas`` +
+   ``to_sql`` baseline on a smaller export; then the provider on a 4x larger export for peak memory.
+2. ``lists``: accounts from a DuckDB table to a list with ``AddAccountsToListOperator`` beside a bare
+   ``requests.Session`` loop posting the same 1000-account batches.
+3. ``waiting``: N ``ExecutionCompleteTrigger``s in one event loop until their execution completes,
+   beside one poke-mode sensor process (what each of N worker slots would hold).
+4. ``startup``: import time of ``abm_provider`` on top of ``airflow.sdk``, and parse time of each DAG
+   file in ``dags/``.
+
+Every measured case runs in its own child process (``scripts/bench_cases.py``) so that its peak RSS
+(``VmHWM``) and CPU time are its own, and each figure is the median of ``--runs`` runs, the pairs
+interleaved run by run. A table is printed and written as JSON and Markdown to ``--output-dir``.
+A benchmark, not a test: targets missed are reported, the exit status is 0 unless a case fails.
+
+    .venv/bin/python scripts/bench.py                   # full sizes (1 GiB / 4 GiB, 200k / 1M, 1000)
+    .venv/bin/python scripts/bench.py --quick           # small sizes, about 2 minutes
+    .venv/bin/python scripts/bench.py --only export --runs 5
+
+Needs ``curl``, ``psql`` and a PostgreSQL server: ``ABM_BENCH_PG_URL`` (default
+``postgresql://postgres@127.0.0.1:5432``); the suite creates database ``ABM_BENCH_PG_DATABASE``
+(default ``abm_bench``) there and drops only its own ``bench_*`` tables and the load ledger in it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import bench_cases
+from bench_report import ROOT, Check, Row, machine_info, render_markdown, render_text
+from measure_storage import parse_size
+
+MiB = 1 << 20
+EXPORT_TYPE = "TACTIC_PERFORMANCE"
+SECTIONS = ("export", "lists", "waiting", "startup")
+# The PostgreSQL server (no database part); the suite creates and uses its own database on it.
+PG_SERVER = urlsplit(os.environ.get("ABM_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432"))
+PG_DATABASE = os.environ.get("ABM_BENCH_PG_DATABASE", "abm_bench")
+PG_ADMIN_DSN = PG_SERVER._replace(path="/postgres").geturl()
+PG_DSN = PG_SERVER._replace(path=f"/{PG_DATABASE}").geturl()
+SQLALCHEMY_URL = PG_SERVER._replace(scheme="postgresql+psycopg2", path=f"/{PG_DATABASE}").geturl()
+ABM_CONN = "abm_default"
+DUCKDB_CONN = "bench_duckdb"
+ACCOUNTS_CONN = "bench_accounts"
+POSTGRES_CONN = "bench_postgres"
+LEDGER_TABLE = "abm_load_ledger"
+
+
+class Section(Protocol):
+    """One of the four parts of the suite: runs its cases, then adds rows and checks to the bench."""
+
+    def run(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What one invocation measures; ``--quick`` shrinks everything so the suite runs in minutes."""
+
+    export: int
+    export_big: int
+    baseline: int
+    accounts: tuple[int, ...]
+    triggers: int
+    poll_interval: float
+    poll_rounds: int
+
+
+FULL = Sizes(2**30, 4 * 2**30, 100 * MiB, (200_000, 1_000_000), 1000, 10.0, 3)
+QUICK = Sizes(20 * MiB, 80 * MiB, 5 * MiB, (5_000,), 50, 1.0, 3)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes (20 MiB, 5k accounts, 50 triggers)")
+    parser.add_argument(
+        "--only", action="append", choices=SECTIONS, help="run only this section (repeatable)"
+    )
+    parser.add_argument("--runs", type=int, default=None, help="runs per figure (default 3; 2 with --quick)")
+    parser.add_argument(
+        "--big-runs", type=int, default=1, help="runs of the 4x larger export (peak RSS only)"
+    )
+    parser.add_argument("--export-size", type=parse_size, default=None, help="export size, e.g. 1GiB")
+    parser.add_argument("--big-export-size", type=parse_size, default=None, help="large export size (4GiB)")
+    parser.add_argument(
+        "--baseline-size", type=parse_size, default=None, help="pandas baseline size (100MiB)"
+    )
+    parser.add_argument("--accounts", type=int, action="append", help="accounts to sync (repeatable)")
+    parser.add_argument("--triggers", type=int, default=None, help="concurrent triggers (default 1000)")
+    parser.add_argument("--poll-interval", type=float, default=None, help="trigger poll interval, seconds")
+    parser.add_argument("--duckdb-memory-limit", default="256MB", help="DuckDB memory_limit for the loads")
+    parser.add_argument("--duckdb-threads", type=int, default=None, help="DuckDB threads (default: DuckDB's)")
+    parser.add_argument("--output-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument(
+        "--profile", type=Path, default=None, help="run every case under cProfile, .pstats files go here"
+    )
+    parser.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: temporary)")
+    return parser.parse_args(argv)
+
+
+def sizes_from(args: argparse.Namespace) -> Sizes:
+    base = QUICK if args.quick else FULL
+    return Sizes(
+        export=args.export_size or base.export,
+        export_big=args.big_export_size or base.export_big,
+        baseline=args.baseline_size or base.baseline,
+        accounts=tuple(args.accounts or base.accounts),
+        triggers=args.triggers or base.triggers,
+        poll_interval=args.poll_interval or base.poll_interval,
+        poll_rounds=base.poll_rounds,
+    )
+
+
+def human_bytes(size: int) -> str:
+    for unit, factor in (("GiB", 2**30), ("MiB", MiB), ("KiB", 1024)):
+        if size >= factor:
+            value = size / factor
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{size} B"
+
+
+def human_count(count: float) -> str:
+    if count >= 1e6:
+        return f"{count / 1e6:.2f}M"
+    if count >= 1e3:
+        return f"{count / 1e3:.1f}k"
+    return f"{count:.0f}"
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------- plumbing
+
+
+class Bench:
+    """Shared state of one invocation: scratch folders, child environment and the collected rows."""
+
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        self.args = args
+        self.sizes = sizes_from(args)
+        self.runs = args.runs or (2 if args.quick else 3)
+        self.work = work
+        self.rows: list[Row] = []
+        self.checks: list[Check] = []
+        if args.profile is not None:
+            os.environ["BENCH_PROFILE_DIR"] = str(args.profile.resolve())
+        self.env = {
+            **os.environ,
+            "AIRFLOW_HOME": str(work / "airflow"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+            "AIRFLOW__ABM__STATE_DIR": str(work / "state"),
+            "AIRFLOW_CONN_BENCH_POSTGRES": json.dumps(
+                {
+                    "conn_type": "postgres",
+                    "host": PG_SERVER.hostname or "127.0.0.1",
+                    "port": PG_SERVER.port or 5432,
+                    "login": PG_SERVER.username or "postgres",
+                    "password": PG_SERVER.password,
+                    "schema": PG_DATABASE,
+                }
+            ),
+        }
+
+    def run_case(self, case: str, params: dict[str, Any]) -> dict[str, Any]:
+        """One case in a fresh interpreter; its ``BENCH_RESULT`` line, or an error with its output."""
+        command = [sys.executable, str(Path(bench_cases.__file__)), case, json.dumps(params)]
+        done = subprocess.run(command, env=self.env, capture_output=True, text=True, cwd=ROOT, check=False)
+        lines = [x for x in done.stdout.splitlines() if x.startswith(bench_cases.RESULT_PREFIX)]
+        if done.returncode != 0 or not lines:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(
+                f"case {case} failed with exit code {done.returncode}: {last[:300]}\n"
+                f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-6000:]}"
+            )
+        result: dict[str, Any] = json.loads(lines[-1][len(bench_cases.RESULT_PREFIX) :])
+        return result
+
+    def set_conn(self, name: str, conn: dict[str, Any]) -> None:
+        """Connections go to the children (and this process) as ``AIRFLOW_CONN_*`` variables only."""
+        value = json.dumps(conn)
+        self.env[f"AIRFLOW_CONN_{name.upper()}"] = value
+        os.environ[f"AIRFLOW_CONN_{name.upper()}"] = value
+
+    @contextmanager
+    def emulator(self, **options: Any) -> Iterator[Any]:
+        """An emulator for one section, registered as the ``abm_default`` connection, always stopped."""
+        from abm_emulator.testing import start_emulator
+
+        with start_emulator(**options) as emulator:
+            self.set_conn(
+                ABM_CONN, {"conn_type": "abm", "host": emulator.base_url, "password": emulator.api_key}
+            )
+            yield emulator
+
+
+def median_figures(
+    runs: list[dict[str, Any]], derive: Callable[[dict[str, Any]], dict[str, float]]
+) -> dict[str, float]:
+    """Per-run figures, then the median of each across runs."""
+    per_run = [derive(r) for r in runs]
+    return {key: statistics.median(f[key] for f in per_run) for key in per_run[0]}
+
+
+def mib(kib: float) -> float:
+    return kib / 1024
+
+
+def psql(dsn: str, *commands: str) -> str:
+    args = ["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", dsn]
+    for command in commands:
+        args += ["-c", command]
+    done = subprocess.run(args, check=False, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"psql {dsn} failed ({done.returncode}): {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def ensure_pg_database() -> None:
+    exists = psql(PG_ADMIN_DSN, f"SELECT 1 FROM pg_database WHERE datname = '{PG_DATABASE}'")
+    if exists != "1":
+        psql(PG_ADMIN_DSN, f"CREATE DATABASE {PG_DATABASE}")
+
+
+def drop_pg_tables() -> None:
+    """Every run loads into an empty database, so no run pays for deleting an earlier one's rows."""
+    tables = [bench_cases.PROVIDER_TABLE, bench_cases.CEILING_TABLE, bench_cases.BASELINE_TABLE, LEDGER_TABLE]
+    psql(PG_DSN, f"DROP TABLE IF EXISTS {', '.join(tables)} CASCADE")
+
+
+def ratio_check(section: str, name: str, value: float, minimum: float | None, unit: str = "x") -> Check:
+    shown = f"{value:.2f}{unit}"
+    if minimum is None:
+        return Check(section, name, shown, "-", None)
+    return Check(section, name, shown, f">= {minimum:g}{unit}", value >= minimum)
+
+
+def limit_check(section: str, name: str, value: float, maximum: float, unit: str) -> Check:
+    return Check(section, name, f"{value:.2f} {unit}", f"< {maximum:g} {unit}", value < maximum)
+
+
+# ---------------------------------------------------------------------------------------- section 1
+
+
+def export_figures(run: dict[str, Any]) -> dict[str, float]:
+    seconds = max(run["seconds"], 1e-9)
+    figures = {
+        "mb_per_s": run["bytes"] / seconds / 1e6,
+        "rows_per_s": run["rows"] / seconds,
+        "peak_rss_mib": mib(run["peak_rss_kib"]),
+        "seconds": run["seconds"],
+        "bytes": float(run["bytes"]),
+        "rows": float(run["rows"]),
+    }
+    for key in ("download_seconds", "load_seconds"):
+        if key in run:
+            figures[key] = run[key]
+    return figures
+
+
+def export_row(case: str, size: int, runs: list[dict[str, Any]], notes: str = "") -> Row:
+    figures = median_figures(runs, export_figures)
+    if "download_seconds" in figures:
+        split = f"download {figures['download_seconds']:.1f} s + load {figures['load_seconds']:.1f} s"
+        notes = f"{split}; {notes}" if notes else split
+    return Row(
+        section="export",
+        case=case,
+        size=human_bytes(size),
+        throughput=f"{figures['mb_per_s']:.1f} MB/s, {human_count(figures['rows_per_s'])} rows/s",
+        peak_rss=f"{figures['peak_rss_mib']:.0f} MiB",
+        seconds=f"{figures['seconds']:.1f} s",
+        notes=notes,
+        figures=figures,
+        runs=runs,
+    )
+
+
+class ExportSection:
+    """Section 1: provider vs ceiling vs hand-written baseline, into DuckDB and PostgreSQL."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.base = bench.work / "export"
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.duckdb_path = str(bench.work / "export.duckdb")
+        self.main_rows: dict[str, Row] = {}
+        bench.set_conn(DUCKDB_CONN, {"conn_type": "duckdb", "host": self.duckdb_path})
+
+    def fire(self, emulator: Any, size: int) -> dict[str, Any]:
+        """A COMPLETE execution of ``size`` bytes; the emulator renders its file before answering.
+
+        Posted here rather than through ``emulator.fire`` because rendering 4 GiB can outlast that
+        helper's 30 s admin timeout.
+        """
+        import requests
+
+        started = time.perf_counter()
+        response = requests.post(
+            f"{emulator.base_url}/_admin/exportJobs/{EXPORT_TYPE}/fire",
+            json={"apiKey": emulator.api_key, "outcome": "COMPLETE", "sizeBytes": size},
+            timeout=1800,
+        )
+        response.raise_for_status()
+        execution: dict[str, Any] = response.json()
+        log(f"  the emulator rendered a {human_bytes(size)} export in {time.perf_counter() - started:.1f} s")
+        return execution
+
+    def params(self, execution: dict[str, Any], warehouse: str) -> dict[str, Any]:
+        args = self.bench.args
+        return {
+            "execution": execution,
+            "base": str(self.base),
+            "export_type": EXPORT_TYPE,
+            "conn_id": DUCKDB_CONN if warehouse == "duckdb" else POSTGRES_CONN,
+            "duckdb_path": self.duckdb_path if warehouse == "duckdb" else None,
+            "duckdb_memory_limit": args.duckdb_memory_limit,
+            "duckdb_threads": args.duckdb_threads,
+            "pg_dsn": PG_DSN,
+            "sqlalchemy_url": SQLALCHEMY_URL,
+        }
+
+    def run_pairs(
+        self, execution: dict[str, Any], runs: int, with_ceiling: bool
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Provider and ceiling, DuckDB then PostgreSQL, interleaved run by run."""
+        results: dict[str, list[dict[str, Any]]] = {}
+        plan = [
+            ("provider_duckdb", "provider_export", "duckdb"),
+            ("provider_postgres", "provider_export", "pg"),
+        ]
+        if with_ceiling:
+            plan.insert(1, ("ceiling_duckdb", "ceiling_duckdb", "duckdb"))
+            plan.append(("ceiling_postgres", "ceiling_postgres", "pg"))
+        for number in range(1, runs + 1):
+            for key, case, warehouse in plan:
+                if warehouse == "pg":
+                    drop_pg_tables()
+                result = self.bench.run_case(case, self.params(execution, warehouse))
+                results.setdefault(key, []).append(result)
+                log(
+                    f"  run {number}/{runs} {key:<17} {result['bytes'] / result['seconds'] / 1e6:7.1f} MB/s, "
+                    f"peak RSS {mib(result['peak_rss_kib']):5.0f} MiB"
+                )
+        return results
+
+    def run_baseline(self, small: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The pandas script and the provider on the same smaller export, interleaved."""
+        bench = self.bench
+        log(f"export: hand-written baseline on {human_bytes(bench.sizes.baseline)}")
+        baseline: list[dict[str, Any]] = []
+        provider: list[dict[str, Any]] = []
+        for number in range(1, bench.runs + 1):
+            drop_pg_tables()
+            baseline.append(bench.run_case("baseline_pandas", self.params(small, "pg")))
+            drop_pg_tables()
+            provider.append(bench.run_case("provider_export", self.params(small, "pg")))
+            rate = baseline[-1]["bytes"] / baseline[-1]["seconds"] / 1e6
+            log(
+                f"  run {number}/{bench.runs} baseline {rate:.1f} MB/s, provider -> PostgreSQL "
+                f"{provider[-1]['bytes'] / provider[-1]['seconds'] / 1e6:.1f} MB/s"
+            )
+        return baseline, provider
+
+    def run(self) -> None:
+        bench, sizes = self.bench, self.bench.sizes
+        ensure_pg_database()
+        try:
+            with bench.emulator(link_ttl=10**9, data_dir=str(bench.work / "emulator")) as emulator:
+                from abm_provider.hooks.abm import AbmHook
+
+                hook = AbmHook(ABM_CONN)
+                hook.create_export_job(EXPORT_TYPE, "0 5 1 1 *")
+                hook.close()
+                log(f"export: {human_bytes(sizes.export)}, {bench.runs} runs each")
+                main = self.run_pairs(self.fire(emulator, sizes.export), bench.runs, with_ceiling=True)
+                baseline, provider_small = self.run_baseline(self.fire(emulator, sizes.baseline))
+                # Reported now, so that a failure of the long large-export runs keeps these figures.
+                self.report(main, baseline, provider_small)
+                if bench.args.big_runs > 0:
+                    log(f"export: {human_bytes(sizes.export_big)} for peak RSS, {bench.args.big_runs} runs")
+                    big_execution = self.fire(emulator, sizes.export_big)
+                    self.report_big(self.run_pairs(big_execution, bench.args.big_runs, with_ceiling=False))
+        finally:
+            drop_pg_tables()
+            Path(self.duckdb_path).unlink(missing_ok=True)
+
+    def report(
+        self,
+        main: dict[str, list[dict[str, Any]]],
+        baseline: list[dict[str, Any]],
+        provider_small: list[dict[str, Any]],
+    ) -> None:
+        bench, sizes = self.bench, self.bench.sizes
+        rows = {
+            "provider_duckdb": export_row("provider -> DuckDB", sizes.export, main["provider_duckdb"]),
+            "ceiling_duckdb": export_row(
+                "ceiling: curl + DuckDB read_csv", sizes.export, main["ceiling_duckdb"]
+            ),
+            "provider_postgres": export_row(
+                "provider -> PostgreSQL", sizes.export, main["provider_postgres"]
+            ),
+            "ceiling_postgres": export_row(
+                "ceiling: curl + psql \\copy",
+                sizes.export,
+                main["ceiling_postgres"],
+                "RSS is the Python parent, not psql",
+            ),
+            "baseline": export_row("baseline: requests + pandas + to_sql", sizes.baseline, baseline),
+            "provider_small": export_row("provider -> PostgreSQL", sizes.baseline, provider_small),
+        }
+        self.main_rows = rows
+        bench.rows.extend(rows.values())
+        mbps = {k: r.figures["mb_per_s"] for k, r in rows.items()}
+        for warehouse, label in (("duckdb", "DuckDB"), ("postgres", "PostgreSQL")):
+            provider = rows[f"provider_{warehouse}"]
+            bench.checks.append(
+                ratio_check(
+                    "export",
+                    f"{label}: provider / ceiling MB/s",
+                    mbps[f"provider_{warehouse}"] / mbps[f"ceiling_{warehouse}"],
+                    0.8,
+                )
+            )
+            bench.checks.append(
+                ratio_check(
+                    "export",
+                    f"{label}: provider ({human_bytes(sizes.export)}) / baseline "
+                    f"({human_bytes(sizes.baseline)}) MB/s",
+                    mbps[f"provider_{warehouse}"] / mbps["baseline"],
+                    20,
+                )
+            )
+            bench.checks.append(
+                limit_check(
+                    "export", f"{label}: provider peak RSS", provider.figures["peak_rss_mib"], 512, "MiB"
+                )
+            )
+        bench.checks.append(
+            ratio_check(
+                "export",
+                f"PostgreSQL: provider / baseline MB/s, both {human_bytes(sizes.baseline)}",
+                mbps["provider_small"] / mbps["baseline"],
+                20,
+            )
+        )
+
+    def report_big(self, big: dict[str, list[dict[str, Any]]]) -> None:
+        """The large export's rows, and its peak RSS against the main size's."""
+        bench, sizes = self.bench, self.bench.sizes
+        for warehouse, label in (("duckdb", "DuckDB"), ("postgres", "PostgreSQL")):
+            row = export_row(f"provider -> {label}", sizes.export_big, big[f"provider_{warehouse}"])
+            bench.rows.append(row)
+            growth = (
+                row.figures["peak_rss_mib"] / self.main_rows[f"provider_{warehouse}"].figures["peak_rss_mib"]
+                - 1
+            )
+            bench.checks.append(
+                Check(
+                    "export",
+                    f"{label}: peak RSS {human_bytes(sizes.export_big)} vs {human_bytes(sizes.export)}",
+                    f"{growth:+.1%}",
+                    "within 10%",
+                    abs(growth) <= 0.10,
+                )
+            )
+
+
+# ---------------------------------------------------------------------------------------- section 2
+
+
+def accounts_figures(run: dict[str, Any]) -> dict[str, float]:
+    return {
+        "accounts_per_s": run["accounts"] / max(run["seconds"], 1e-9),
+        "peak_rss_mib": mib(run["peak_rss_kib"]),
+        "seconds": run["seconds"],
+        "added": float(run["added"]),
+    }
+
+
+class ListSection:
+    """Section 2: AddAccountsToListOperator vs a bare requests.Session loop, same rows and batches."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.duckdb_path = str(bench.work / "accounts.duckdb")
+        bench.set_conn(ACCOUNTS_CONN, {"conn_type": "duckdb", "host": self.duckdb_path})
+
+    def seed(self, count: int) -> None:
+        """``count`` valid accounts (all known to the emulator), in a fresh DuckDB file."""
+        import duckdb
+
+        Path(self.duckdb_path).unlink(missing_ok=True)
+        with duckdb.connect(self.duckdb_path) as con:
+            con.execute(
+                "CREATE TABLE bench_accounts AS SELECT "
+                "'001' || lpad(CAST(i AS VARCHAR), 15, '0') AS account_id, "
+                "'Account ' || i || ', Ltd.' AS account_name, ? AS crm_org_id FROM range(?) t(i)",
+                [bench_cases.ORG_ID, count],
+            )
+
+    def fresh_list(self, emulator: Any) -> str:
+        """Forget earlier runs' members (the emulator keeps them in memory), then a new empty list."""
+        from abm_provider.hooks.abm import AbmHook
+
+        emulator.reset()
+        hook = AbmHook(ABM_CONN)
+        folder = hook.create_folder("bench")
+        listed = hook.create_account_list("bench", folder["folderId"])
+        hook.close()
+        return str(listed["listId"])
+
+    def run(self) -> None:
+        bench = self.bench
+        with bench.emulator() as emulator:
+            for count in bench.sizes.accounts:
+                self.seed(count)
+                log(f"lists: {count:,} accounts, {bench.runs} runs each")
+                results: dict[str, list[dict[str, Any]]] = {"provider": [], "bare": []}
+                for number in range(1, bench.runs + 1):
+                    for key, case in (("provider", "provider_list_sync"), ("bare", "bare_list_sync")):
+                        params = {
+                            "list_id": self.fresh_list(emulator),
+                            "conn_id": ACCOUNTS_CONN,
+                            "duckdb_path": self.duckdb_path,
+                            "base": str(bench.work / "state"),
+                            "base_url": emulator.base_url,
+                            "api_key": emulator.api_key,
+                        }
+                        result = bench.run_case(case, params)
+                        if result["added"] != count:
+                            raise RuntimeError(f"{case} added {result['added']} of {count} accounts")
+                        results[key].append(result)
+                        rate = result["accounts"] / result["seconds"]
+                        log(
+                            f"  run {number}/{bench.runs} {key:<8} {rate:8.0f} accounts/s, "
+                            f"peak RSS {mib(result['peak_rss_kib']):4.0f} MiB"
+                        )
+                self.report(count, results)
+        Path(self.duckdb_path).unlink(missing_ok=True)
+
+    def report(self, count: int, results: dict[str, list[dict[str, Any]]]) -> None:
+        bench = self.bench
+        figures = {k: median_figures(v, accounts_figures) for k, v in results.items()}
+        labels = {"provider": "AddAccountsToListOperator (SQL source)", "bare": "bare requests.Session loop"}
+        for key, fig in figures.items():
+            bench.rows.append(
+                Row(
+                    "lists",
+                    labels[key],
+                    f"{count:,} accounts",
+                    f"{fig['accounts_per_s']:,.0f} accounts/s",
+                    f"{fig['peak_rss_mib']:.0f} MiB",
+                    f"{fig['seconds']:.1f} s",
+                    "batches of 1000",
+                    fig,
+                    results[key],
+                )
+            )
+        ratio = figures["provider"]["accounts_per_s"] / figures["bare"]["accounts_per_s"]
+        bench.checks.append(ratio_check("lists", f"provider / bare accounts/s at {count:,}", ratio, 0.8))
+        if count == max(bench.sizes.accounts):
+            bench.checks.append(
+                limit_check(
+                    "lists",
+                    f"provider peak RSS at {count:,}",
+                    figures["provider"]["peak_rss_mib"],
+                    300,
+                    "MiB",
+                )
+            )
+
+
+# ---------------------------------------------------------------------------------------- section 3
+
+
+class WaitingSection:
+    """Section 3: N triggers in one event loop vs N poke-mode sensors each holding a worker slot."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+
+    def run(self) -> None:
+        bench, sizes = self.bench, self.bench.sizes
+        with bench.emulator(link_ttl=10**9) as emulator:
+            from abm_provider.hooks.abm import AbmHook
+
+            hook = AbmHook(ABM_CONN)
+            hook.create_export_job(EXPORT_TYPE, "0 5 1 1 *")
+            hook.close()
+            params = {
+                "base_url": emulator.base_url,
+                "api_key": emulator.api_key,
+                "export_type": EXPORT_TYPE,
+                "count": sizes.triggers,
+                "poll_interval": sizes.poll_interval,
+                "rounds": sizes.poll_rounds,
+            }
+            log(
+                f"waiting: {sizes.triggers} triggers, poll every {sizes.poll_interval:g} s, {bench.runs} runs"
+            )
+            runs: list[dict[str, Any]] = []
+            for number in range(1, bench.runs + 1):
+                result = bench.run_case("triggers", params)
+                if result["successes"] != sizes.triggers:
+                    raise RuntimeError(f"triggers ended with {result['status_after']}, not all success")
+                runs.append(result)
+                log(
+                    f"  run {number}/{bench.runs} {result['poll_rounds']:.1f} rounds, "
+                    f"{result['steady_cpu_per_round']:.3f} CPU s/steady round "
+                    f"(first {result['first_round_cpu']:.3f}), +{mib(result['added_rss_kib']):.0f} MiB"
+                )
+            # The sensor pokes while a newer execution is still running, as it would while waiting.
+            after = emulator.clock()["now"]
+            emulator.fire(EXPORT_TYPE, outcome="COMPLETE", runningSeconds=10**7)
+            poke_runs = [
+                bench.run_case(
+                    "poke_sensor", {"export_type": EXPORT_TYPE, "pokes": 20, "updated_after": after}
+                )
+                for _ in range(bench.runs)
+            ]
+        self.report(runs, poke_runs)
+
+    def report(self, runs: list[dict[str, Any]], poke_runs: list[dict[str, Any]]) -> None:
+        bench, n = self.bench, self.bench.sizes.triggers
+        fig = median_figures(
+            runs,
+            lambda r: {
+                "cpu_per_round": r["cpu_per_round"],
+                "first_round_cpu": r["first_round_cpu"],
+                "steady_cpu_per_round": r["steady_cpu_per_round"],
+                "added_rss_mib": mib(r["added_rss_kib"]),
+                "loop_peak_rss_mib": mib(r["loop_peak_rss_kib"]),
+                "idle_rss_mib": mib(r["idle_rss_kib"]),
+                "poll_rounds": r["poll_rounds"],
+                "seconds": r["seconds"],
+            },
+        )
+        poke = median_figures(
+            poke_runs, lambda r: {"cpu_per_poke": r["cpu_per_poke"], "peak_rss_mib": mib(r["peak_rss_kib"])}
+        )
+        bench.rows.append(
+            Row(
+                "waiting",
+                f"{n} ExecutionCompleteTriggers, one event loop",
+                f"{n} waits",
+                f"{fig['steady_cpu_per_round']:.3f} CPU s/poll round (first round "
+                f"{fig['first_round_cpu']:.3f})",
+                f"{fig['loop_peak_rss_mib']:.0f} MiB (+{fig['added_rss_mib']:.0f} MiB for the triggers)",
+                f"{fig['seconds']:.1f} s",
+                f"{fig['poll_rounds']:.1f} rounds; 0 worker slots held",
+                fig,
+                runs,
+            )
+        )
+        bench.rows.append(
+            Row(
+                "waiting",
+                f"{n} poke-mode sensors (one measured, x{n})",
+                f"{n} waits",
+                f"{poke['cpu_per_poke'] * n:.3f} CPU s/poll round",
+                f"{poke['peak_rss_mib'] * n / 1024:.1f} GiB ({poke['peak_rss_mib']:.0f} MiB each)",
+                "-",
+                f"{n} worker slots held",
+                poke,
+                poke_runs,
+            )
+        )
+        bench.checks.append(
+            limit_check(
+                "waiting", f"RSS the {n} triggers add to the loop process", fig["added_rss_mib"], 100, "MiB"
+            )
+        )
+        bench.checks.append(
+            Check(
+                "waiting",
+                "whole triggerer-like process peak RSS",
+                f"{fig['loop_peak_rss_mib']:.0f} MiB",
+                "(context)",
+                None,
+            )
+        )
+        for label, key in (("steady rounds", "steady_cpu_per_round"), ("all rounds", "cpu_per_round")):
+            bench.checks.append(
+                limit_check("waiting", f"CPU per poll round, {n} triggers, {label}", fig[key], 1.0, "s")
+            )
+        bench.checks.append(
+            Check("waiting", "worker slots held: triggers vs poke sensors", f"0 vs {n}", "-", None)
+        )
+
+
+# ---------------------------------------------------------------------------------------- section 4
+
+
+class StartupSection:
+    """Section 4: what importing the provider and parsing the example DAGs cost, each in a fresh process."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+
+    def run(self) -> None:
+        bench = self.bench
+        runs = max(bench.runs, 3)
+        log(f"startup: import time and DAG parse time, {runs} runs each")
+        plain = [bench.run_case("import_time", {"with_dependencies": False}) for _ in range(runs)]
+        split = [bench.run_case("import_time", {"with_dependencies": True}) for _ in range(runs)]
+        fig_plain = median_figures(
+            plain, lambda r: {"airflow": r["airflow_seconds"], "provider": r["provider_seconds"]}
+        )
+        fig_split = median_figures(
+            split, lambda r: {"deps": r["dependencies_seconds"], "provider": r["provider_seconds"]}
+        )
+        bench.rows.append(
+            Row(
+                "startup",
+                "import abm_provider (all modules) after airflow.sdk",
+                "-",
+                "-",
+                "-",
+                f"{fig_plain['provider']:.3f} s",
+                f"airflow.sdk itself {fig_plain['airflow']:.2f} s",
+                fig_plain,
+                plain,
+            )
+        )
+        bench.rows.append(
+            Row(
+                "startup",
+                "... of which the provider's own code",
+                "-",
+                "-",
+                "-",
+                f"{fig_split['provider']:.3f} s",
+                f"http provider, requests, aiohttp, tenacity {fig_split['deps']:.2f} s",
+                fig_split,
+                split,
+            )
+        )
+        bench.checks.append(
+            limit_check("startup", "abm_provider import beyond airflow.sdk", fig_plain["provider"], 0.3, "s")
+        )
+        for path in sorted((ROOT / "dags").glob("*.py")):
+            results = [bench.run_case("dag_parse", {"path": str(path)}) for _ in range(runs)]
+            fig = median_figures(results, lambda r: {"seconds": r["seconds"], "dags": float(r["dags"])})
+            bench.rows.append(
+                Row(
+                    "startup",
+                    f"parse dags/{path.name}",
+                    f"{fig['dags']:.0f} DAG",
+                    "-",
+                    "-",
+                    f"{fig['seconds']:.3f} s",
+                    "DagBag, Airflow already imported",
+                    fig,
+                    results,
+                )
+            )
+            bench.checks.append(limit_check("startup", f"parse dags/{path.name}", fig["seconds"], 0.5, "s"))
+
+
+# ---------------------------------------------------------------------------------------- main
+
+
+def run_section(bench: Bench, name: str, make: Callable[[Bench], Section]) -> bool:
+    """Run one section; a failure is printed and recorded, and the other sections still run.
+
+    A full run takes the better part of an hour, so one failing case (say DuckDB running out of its
+    memory limit on the largest file) must not throw away every other figure.
+    """
+    try:
+        make(bench).run()
+    except Exception as exc:  # reported in the table and in the exit status
+        print(f"\nsection {name} FAILED:\n{exc}\n", file=sys.stderr, flush=True)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        bench.checks.append(Check(name, "section completed", f"failed: {first}", "completes", False))
+        return False
+    return True
+
+
+def write_results(bench: Bench, machine: dict[str, str], settings: dict[str, Any], command: str) -> Path:
+    out = bench.args.output_dir
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "latest-quick" if bench.args.quick else "latest"
+    document = {
+        "command": command,
+        "machine": machine,
+        "settings": settings,
+        "rows": [asdict(r) for r in bench.rows],
+        "checks": [asdict(c) for c in bench.checks],
+    }
+    (out / f"{stem}.json").write_text(json.dumps(document, indent=2) + "\n")
+    (out / f"{stem}.md").write_text(render_markdown(machine, settings, bench.rows, bench.checks, command))
+    return out / f"{stem}.md"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    for tool in ("curl", "psql"):
+        if shutil.which(tool) is None:
+            print(f"{tool} is not installed; the ceiling needs it", file=sys.stderr)
+            return 2
+    sections = args.only or list(SECTIONS)
+    work = Path(tempfile.mkdtemp(prefix="abm-bench-", dir=args.workdir))
+    started = time.monotonic()
+    bench = Bench(args, work)
+    try:
+        classes: dict[str, Callable[[Bench], Section]] = {
+            "export": ExportSection,
+            "lists": ListSection,
+            "waiting": WaitingSection,
+            "startup": StartupSection,
+        }
+        failed = [
+            name for name in SECTIONS if name in sections and not run_section(bench, name, classes[name])
+        ]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    machine = machine_info(PG_ADMIN_DSN)
+    sizes = bench.sizes
+    settings = {
+        "runs": bench.runs,
+        "big_runs": args.big_runs,
+        "sections": ",".join(sections),
+        "export": human_bytes(sizes.export),
+        "export_big": human_bytes(sizes.export_big),
+        "baseline": human_bytes(sizes.baseline),
+        "accounts": ",".join(str(a) for a in sizes.accounts),
+        "triggers": sizes.triggers,
+        "poll_interval_s": sizes.poll_interval,
+        "duckdb_memory_limit": args.duckdb_memory_limit,
+        "duckdb_threads": args.duckdb_threads or "default",
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }
+    command = "make bench" + (
+        f" BENCH_ARGS='{shlex.join(argv or sys.argv[1:])}'" if (argv or sys.argv[1:]) else ""
+    )
+    print()
+    print(render_text(machine, settings, bench.rows, bench.checks))
+    path = write_results(bench, machine, settings, command)
+    print(f"\nwritten: {path} and {path.with_suffix('.json')}")
+    if failed:
+        print(f"failed sections: {', '.join(failed)} (see the errors above)", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
