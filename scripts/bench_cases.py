@@ -30,7 +30,7 @@ BATCH = 1000
 PROVIDER_TABLE = "bench_provider"
 CEILING_TABLE = "bench_ceiling"
 BASELINE_TABLE = "bench_baseline"
-ACCOUNTS_SQL = "SELECT account_id, account_name, crm_org_id FROM bench_accounts ORDER BY account_id"
+ACCOUNTS_SQL = "SELECT account_id, account_name, crm_org_id FROM bench_accounts"
 COLUMN_MAP = {"id": "account_id", "name": "account_name", "crmOrgId": "crm_org_id"}
 
 Params = dict[str, Any]

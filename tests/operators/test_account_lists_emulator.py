@@ -353,3 +353,71 @@ def test_missing_id_column_fails_before_any_request(abm, tmp_path):
     adds = [r for r in seen[before:] if "/accounts/add" in str(r.get("path", ""))]
     assert adds == []
     assert _member_ids(abm, list_id) == set()
+
+
+# --- requests in flight ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_in_flight", [1, 4])
+def test_requests_in_flight_change_speed_not_the_outcome(abm, tmp_path, max_in_flight):
+    """Batches sent side by side give the same membership, counts and rejects as one at a time.
+
+    Every third row of the source is unknown to the CRM; their not-found rejects come back from
+    different requests, and must all be written, each with its own source row number.
+    """
+    list_id = _make_list(abm, tmp_path)
+    rows = [
+        {"id": f"001{i:012d}" if i % 3 else f"unknown-{i}", "name": f"Account {i}"} for i in range(1, 5001)
+    ]
+    operator = AddAccountsToListOperator(
+        task_id="add",
+        list_id=list_id,
+        accounts=rows,
+        default_crm_org_id=ORG,
+        batch_size=250,
+        max_in_flight=max_in_flight,
+        rejects_base=str(tmp_path / "state"),
+    )
+    summary = operator.execute(_context(tmp_path))
+
+    known = {r["id"] for r in rows if not r["id"].startswith("unknown")}
+    assert _member_ids(abm, list_id) == known
+    assert (summary["sent"], summary["added"], summary["batches"]) == (5000, len(known), 20)
+    assert summary["not_found"] == 5000 - len(known)
+    rejects = _rejects(summary["rejects_path"])
+    assert sorted(int(r["row_number"]) for r in rejects) == [i for i in range(1, 5001) if i % 3 == 0]
+    assert {r["reason"] for r in rejects} == {
+        "not found: the service does not know this account (accountsNotFound)"
+    }
+
+
+def test_a_failed_request_stops_the_sync_with_the_error(abm, tmp_path):
+    """A request that keeps failing ends the task with the API error; nothing after it is sent."""
+    list_id = _make_list(abm, tmp_path)
+    abm.inject_fault(
+        method="POST", path=f"/accountLists/v2/accountLists/{list_id}/accounts/add", kind="status", status=401
+    )
+    operator = AddAccountsToListOperator(
+        task_id="add",
+        list_id=list_id,
+        accounts=[{"id": f"001{i:012d}"} for i in range(1, 10_001)],
+        default_crm_org_id=ORG,
+        batch_size=100,
+        max_in_flight=4,
+        max_attempts=1,
+        rejects_base=str(tmp_path / "state"),
+    )
+    with pytest.raises(Exception, match="401"):
+        operator.execute(_context(tmp_path))
+    sent = [
+        r
+        for r in abm.requests_seen()
+        if r["method"] == "POST" and r["path"].endswith("/accounts/add") and r["origin"] == "api"
+    ]
+    # The failed request, and at most the few already in flight beside it, never the 100 batches.
+    assert 1 <= len(sent) <= 8
+
+
+def test_max_in_flight_is_checked_when_the_dag_is_parsed():
+    with pytest.raises(ValueError, match="max_in_flight must be between 1 and 8, got 0"):
+        AddAccountsToListOperator(task_id="add", list_id="l-1", accounts=[], max_in_flight=0)

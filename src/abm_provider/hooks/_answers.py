@@ -166,7 +166,12 @@ def batch_result(
     not_found_raw = answer.get("accountsNotFound")
     not_found = [dict(a) for a in not_found_raw or [] if isinstance(a, Mapping)]
     if action == "add":
-        successful = [dict(a) for a in answer.get("successfulAccounts") or [] if isinstance(a, Mapping)]
+        # A thousand echoed accounts per request: JSON's dicts are taken as parsed, not copied.
+        successful: list[dict[str, Any]] = [
+            a if type(a) is dict else dict(a)
+            for a in answer.get("successfulAccounts") or []
+            if type(a) is dict or isinstance(a, Mapping)
+        ]
         duplicates = _count(answer.get("duplicateAccounts"), 0)
         added = _count(answer.get("addedAccounts"), max(len(successful) - duplicates, 0))
         return BatchResult(index, len(sent), added, duplicates, not_found, successful)
@@ -196,16 +201,17 @@ def _identity(account: Mapping[str, Any]) -> tuple[str | None, str]:
 
 
 def account_payloads(batch: list[Any], action: str, offset: int) -> list[dict[str, Any]]:
+    """The request's accounts: checked to be mappings with an id; copied only where one is changed."""
     payload: list[dict[str, Any]] = []
     for position, account in enumerate(batch, start=offset):
-        if not isinstance(account, Mapping):
+        if type(account) is not dict and not isinstance(account, Mapping):
             raise TypeError(f"accounts[{position}] must be a mapping with 'id', got {type(account).__name__}")
-        item = dict(account)
-        if not item.get("id"):
+        if not account.get("id"):
             raise ValueError(f"accounts[{position}] has no 'id'")
-        if action == "remove":
-            item.pop("name", None)  # the remove request takes id, crmOrgId and crmType only
-        payload.append(item)
+        if action == "remove" and "name" in account:
+            # The remove request takes id, crmOrgId and crmType only; the caller's dict stays as it was.
+            account = {k: v for k, v in account.items() if k != "name"}
+        payload.append(account if type(account) is dict else dict(account))
     return payload
 
 

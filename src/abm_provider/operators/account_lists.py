@@ -9,8 +9,11 @@ not know to a rejects file: nothing disappears silently, and XCom carries only a
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from airflow.sdk import BaseOperator, ObjectStoragePath
@@ -47,6 +50,8 @@ IfExists = Literal["reuse", "create", "fail"]
 OnLimit = Literal["fail", "warn"]
 _IF_EXISTS = ("reuse", "create", "fail")
 _FOLDER_ACCESS = ("FOLDER_ACCESS_UNSPECIFIED", "PUBLIC", "READ_ONLY")
+#: Most requests one add/remove task keeps open at once.
+MAX_IN_FLIGHT = 8
 
 
 class _AbmOperatorMixin:
@@ -439,6 +444,7 @@ class _ListMembershipOperator(_AbmOperatorMixin, BaseOperator):
         rejects_path: str | ObjectStoragePath | None = None,
         rejects_base: str | ObjectStoragePath | None = None,
         progress_interval: float = 5.0,
+        max_in_flight: int = 2,
         abm_conn_id: str = "abm_default",
         max_attempts: int | None = None,
         max_wait: float | None = None,
@@ -485,6 +491,10 @@ class _ListMembershipOperator(_AbmOperatorMixin, BaseOperator):
             raise ValueError("give rejects_path (a file) or rejects_base (a folder), not both")
         if progress_interval <= 0:
             raise ValueError("progress_interval must be positive")
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
+            raise ValueError(f"max_in_flight must be a whole number, got {max_in_flight!r}")
+        if not 1 <= max_in_flight <= MAX_IN_FLIGHT:
+            raise ValueError(f"max_in_flight must be between 1 and {MAX_IN_FLIGHT}, got {max_in_flight}")
         if column_map is not None and isinstance(column_map, Mapping):
             normalise_column_map(column_map)
         if accounts_path is not None and file_format is None and "{{" not in str(accounts_path):
@@ -510,6 +520,7 @@ class _ListMembershipOperator(_AbmOperatorMixin, BaseOperator):
         self.rejects_path = rejects_path
         self.rejects_base = rejects_base
         self.progress_interval = progress_interval
+        self.max_in_flight = max_in_flight
         self.abm_conn_id = abm_conn_id
         self.max_attempts = max_attempts
         self.max_wait = max_wait
@@ -521,6 +532,78 @@ class _ListMembershipOperator(_AbmOperatorMixin, BaseOperator):
             from airflow.sdk.definitions.xcom_arg import XComArg
 
             XComArg.apply_upstream_relationship(self, accounts)
+
+    def _send_all(
+        self,
+        batches: Iterator[list[tuple[dict[str, str], SourceRow]]],
+        totals: dict[str, int],
+        rejects: RejectsWriter,
+        progress: _Progress,
+    ) -> None:
+        """Send every batch, with up to ``max_in_flight`` requests open; count answers in order.
+
+        Why concurrent: one request at a time leaves the service idle while the next batch is read
+        and validated, and the worker idle while the service works; with a remote service the round
+        trip, not either side's work, sets the pace. Adding and removing are idempotent and do not
+        depend on order, so batches can travel side by side. Each sending thread has its own hook
+        (and HTTP session); answers are counted and not-found accounts written here, in source order.
+        A failed request stops the sync: requests not yet started are cancelled, open ones finish.
+        When the source fails or a reject limit is passed, the batches already formed are still
+        sent and counted first, exactly as a one-at-a-time sync would have sent them.
+        """
+        local = threading.local()
+        hooks: list[AbmHook] = []
+
+        def send(batch: list[tuple[dict[str, str], SourceRow]]) -> AccountsResult:
+            hook = getattr(local, "hook", None)
+            if hook is None:
+                hook = local.hook = self.get_hook()
+                hooks.append(hook)
+            return self._send(hook, [account for account, _ in batch])
+
+        Pending = tuple[list[tuple[dict[str, str], SourceRow]], "Future[AccountsResult]"]
+        pending: deque[Pending] = deque()
+        pool = ThreadPoolExecutor(max_workers=self.max_in_flight, thread_name_prefix=f"abm-{self.action}")
+
+        def settle(count: int) -> None:
+            while len(pending) > count:
+                sent, future = pending.popleft()
+                self._count_batch(sent, future.result(), totals, rejects, progress)
+
+        try:
+            while True:
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    break
+                except BaseException:
+                    settle(0)
+                    raise
+                settle(self.max_in_flight - 1)
+                pending.append((batch, pool.submit(send, batch)))
+            settle(0)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            for hook in hooks:
+                hook.close()
+
+    def _count_batch(
+        self,
+        batch: list[tuple[dict[str, str], SourceRow]],
+        result: AccountsResult,
+        totals: dict[str, int],
+        rejects: RejectsWriter,
+        progress: _Progress,
+    ) -> None:
+        """Add one answer to the totals and write the accounts the service did not find."""
+        totals["batches"] += 1
+        totals["sent"] += result.sent
+        totals["added"] += result.added
+        totals["duplicates"] += result.duplicates
+        totals["not_found"] += result.not_found_count
+        if result.not_found:
+            _write_not_found(rejects, batch, result.not_found)
+        progress.maybe_log(totals)
 
     def _send(self, hook: AbmHook, accounts: list[dict[str, str]]) -> AccountsResult:
         """One request's worth of accounts; the hook splits further only if given more than a batch."""
@@ -583,7 +666,6 @@ class _ListMembershipOperator(_AbmOperatorMixin, BaseOperator):
         )
         source = self.build_source(context)
         target = self.rejects_target(context)
-        hook = self.get_hook()
         totals = {"rows": 0, "sent": 0, "added": 0, "duplicates": 0, "not_found": 0, "batches": 0}
         totals["rejected"] = 0
         examples: list[str] = []
@@ -631,16 +713,8 @@ class _ListMembershipOperator(_AbmOperatorMixin, BaseOperator):
                             f"The {source.description} has no column {missing} (columns: {opened.columns}); "
                             f"set column_map, e.g. column_map={{'id': '<your id column>'}}"
                         )
-                for batch in iter_batches(counted(opened.rows), validator, self.batch_size, on_invalid):
-                    result = self._send(hook, [account for account, _ in batch])
-                    totals["batches"] += 1
-                    totals["sent"] += result.sent
-                    totals["added"] += result.added
-                    totals["duplicates"] += result.duplicates
-                    totals["not_found"] += result.not_found_count
-                    if result.not_found:
-                        _write_not_found(rejects, batch, result.not_found)
-                    progress.maybe_log(totals)
+                batches = iter_batches(counted(opened.rows), validator, self.batch_size, on_invalid)
+                self._send_all(batches, totals, rejects, progress)
 
         progress.log_now(totals)
         rejects_path = str(target) if rejects.written else None
@@ -731,6 +805,9 @@ class AddAccountsToListOperator(_ListMembershipOperator):
     :param max_not_found: not-found accounts tolerated (default ``None``: no limit), checked at the end.
     :param on_limit: ``"fail"`` (default) or ``"warn"`` when a limit above is passed.
     :param progress_interval: seconds between progress log lines.
+    :param max_in_flight: requests open at once (default 2, at most 8; 1 sends one at a time).
+        Batches are independent, so a second request hides the round trip; raise it for a distant
+        service, lower it to 1 if the service's rate limit keeps answering 429.
     :return: ``{"list_id", "rows", "sent", "added", "duplicates", "not_found", "rejected",
         "batches", "rejects_path"}``; ``rejected`` counts invalid rows, ``rejects_path`` is ``None``
         when nothing was written.
