@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import duckdb
 
 from abm_provider.warehouse.base import STAGE_TABLE, ColumnPlan, LoadRequest, WarehouseLoader
-from abm_provider.warehouse.records import MAX_FIELD_BYTES, iter_records
+from abm_provider.warehouse.records import iter_records
 from abm_provider.warehouse.schema import Kind, TableName, quote
 
 _REJECTS_TABLE = "_abm_reject_errors"
@@ -106,7 +106,6 @@ class DuckDBLoader(WarehouseLoader):
                 f"CREATE TEMP TABLE {STAGE_TABLE} AS SELECT *, {reason_sql} AS _reason FROM read_csv(?, "
                 f"header = true, auto_detect = false, delim = ',', quote = '\"', escape = '\"', "
                 f"columns = {{{columns}}}, allow_quoted_nulls = false, strict_mode = true, "
-                f"max_line_size = {MAX_FIELD_BYTES}, "
                 f"store_rejects = true, rejects_table = '{_REJECTS_TABLE}', "
                 f"rejects_scan = '{_REJECTS_SCAN}')",
                 [str(request.path)],
