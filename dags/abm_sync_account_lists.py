@@ -9,8 +9,9 @@ Each run first writes its change set to ``abm_list_changes`` (keyed by list and 
 remove steps read that, and the bookkeeping step records exactly that set minus what was refused. So
 an edit to the target table while the run is under way is neither recorded unsent nor lost: the next
 run sees it. A refused row is not sent again until its values change (a corrected ``crm_org_id``, say).
-Every name can be changed through the environment, so the same file runs on the embedded defaults
-(emulator + DuckDB) and on PostgreSQL and the real service.
+The connections, the target table and the folder and list names come from the environment
+(``ABM_*`` variables), so the same file runs on the embedded defaults (emulator + DuckDB) and on
+PostgreSQL and the real service; the three bookkeeping tables keep fixed names.
 """
 
 from __future__ import annotations
@@ -184,9 +185,9 @@ def record_changes(
 ) -> dict[str, int]:
     """Write this run's outcome to the warehouse so the next run sends only the change.
 
-    Rejects first (replacing any of this run's from an earlier try, so a retry is idempotent), then
-    the members: the planned additions minus the refused ones, and the planned removals deleted. All
-    of it in one transaction.
+    Rejects first (replacing any of this run's from an earlier try), then the members: the planned
+    additions minus the refused ones, and the planned removals deleted. Each statement replaces what
+    it writes for this run, so a retry after a failure part-way leaves the same tables as one clean run.
     """
     list_id = _checked_list_id(list_id)
     now = datetime.now(timezone.utc).replace(microsecond=0, tzinfo=None)

@@ -193,3 +193,64 @@ def test_the_e2e_run_defines_the_same_connections_as_compose(compose: dict[str, 
     }
     assert local["AIRFLOW__CORE__EXECUTOR"] == compose_env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
     assert "AIRFLOW__ABM__STATE_DIR" in local and "AIRFLOW__ABM__STATE_DIR" in compose_env
+
+
+def dag_default(variable: str) -> str:
+    """The default an example DAG gives an ``ABM_*`` environment variable."""
+    for path in (ROOT / "dags").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and len(node.args) == 2
+                and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value == variable
+            ):
+                return str(node.args[1].value)  # type: ignore[attr-defined]
+    raise AssertionError(f"no DAG reads {variable}")
+
+
+@pytest.mark.postgres
+def test_the_warehouse_init_script_creates_what_the_dags_read(compose: dict[str, Any]) -> None:
+    """Run ``init-warehouse.sql`` as the postgres image would (psql), under a throwaway database name."""
+    import shutil
+    import subprocess
+    import uuid
+
+    psycopg = pytest.importorskip("psycopg")
+    if shutil.which("psql") is None:
+        pytest.skip("psql is not installed on this machine")
+    admin = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
+    try:
+        psycopg.connect(admin).close()
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"PostgreSQL at 127.0.0.1:5432 is not reachable: {exc}")
+    mounts = compose["services"]["postgres"]["volumes"]
+    assert any("init-warehouse.sql:/docker-entrypoint-initdb.d/" in m for m in mounts)
+    warehouse_db = compose["x-airflow-common"]["environment"]["AIRFLOW_CONN_ABM_WAREHOUSE"]
+    name = f"abm_init_{uuid.uuid4().hex[:8]}"
+    script = (ROOT / "docker" / "init-warehouse.sql").read_text()
+    assert "abm_warehouse" in warehouse_db and script.count("abm_warehouse") == 2
+    try:
+        subprocess.run(
+            ["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-q"],
+            input=script.replace("abm_warehouse", name),
+            text=True,
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        with psycopg.connect(f"host=127.0.0.1 port=5432 user=postgres dbname={name}") as conn:
+            columns = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                    "ORDER BY ordinal_position",
+                    [dag_default("ABM_TARGET_ACCOUNTS_TABLE")],
+                )
+            ]
+        assert columns == ["account_id", "account_name", "crm_org_id"]
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name}")
