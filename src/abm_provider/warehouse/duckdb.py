@@ -1,8 +1,8 @@
 """DuckDB: the database reads the file itself, in parallel, with bounded memory.
 
 ``read_csv`` is given the header's columns explicitly (nothing is sniffed, so a file cannot change
-how it is read) and stages them as VARCHAR; the shared rules of :mod:`abm_provider.warehouse.schema`
-are evaluated in that same single statement. Reading the columns typed instead would make DuckDB
+how it is read) and reads them as VARCHAR; the shared rules of :mod:`abm_provider.warehouse.schema`
+are evaluated on that text, and the values typed, in that same single statement. Reading the columns typed instead would make DuckDB
 round ``1.005`` into ``DECIMAL(18,2)`` and accept date spellings the other warehouses refuse, and a
 typed column's cast error would be reported as a malformed line.
 
@@ -103,7 +103,8 @@ class DuckDBLoader(WarehouseLoader):
         columns = ", ".join(f"'{name}': 'VARCHAR'" for name in plan.header)
         try:
             cur.execute(
-                f"CREATE TEMP TABLE {STAGE_TABLE} AS SELECT *, {reason_sql} AS _reason FROM read_csv(?, "
+                f"CREATE TEMP TABLE {STAGE_TABLE} AS SELECT {_typed_columns(plan)}, {reason_sql} AS _reason "
+                "FROM read_csv(?, "
                 f"header = true, auto_detect = false, delim = ',', quote = '\"', escape = '\"', "
                 f"columns = {{{columns}}}, allow_quoted_nulls = false, strict_mode = true, "
                 f"store_rejects = true, rejects_table = '{_REJECTS_TABLE}', "
@@ -144,9 +145,9 @@ class DuckDBLoader(WarehouseLoader):
         import pyarrow as pa
 
         names = ["_rec", *plan.header]
-        columns = ", ".join(f"{quote(n)} VARCHAR" for n in plan.header)
+        columns = ", ".join(f"{quote(n)} {plan.kinds[n].sql_type}" for n in plan.header)
         cur.execute(f"CREATE TEMP TABLE {STAGE_TABLE} (_rec BIGINT, {columns}, _reason VARCHAR)")
-        selected = ", ".join(quote(n) for n in names)
+        selected = f"_rec, {_typed_columns(plan)}"
         structural: dict[int, str] = {}
         batch: list[list[Any]] = [[] for _ in names]
 
@@ -177,7 +178,34 @@ class DuckDBLoader(WarehouseLoader):
         return [i + 1 for i in ids] if self.order_column == "rowid" else list(ids)
 
     def typed(self, column: str, kind: Kind) -> str:
-        return column if kind is Kind.TEXT else f"CAST({column} AS {kind.sql_type})"
+        # The stage already holds typed values (see _typed_columns).
+        return column
+
+    def insert_new(self, cur: Any, request: LoadRequest, plan: ColumnPlan, loaded_at: Any) -> int:
+        # Row order mattered only for mapping staged rows back to file records, which is done by now;
+        # without it DuckDB inserts in parallel with less memory.
+        cur.execute("SET preserve_insertion_order = false")
+        try:
+            return super().insert_new(cur, request, plan, loaded_at)
+        finally:
+            cur.execute("SET preserve_insertion_order = true")
+
+
+def _typed_columns(plan: ColumnPlan) -> str:
+    """The staged columns, typed while the file is read, under their own names.
+
+    Typing in the same pass as reading and validating saves a second pass over the rows (the cast
+    at insert time) and keeps the stage about half the size of its text, so less of it spills past
+    the memory limit. ``TRY_CAST`` never fails the statement: a value it would cast loosely (a date
+    in another spelling, ``1.005``) is in a row the ``_reason`` rules, computed from the text as
+    read, reject, and rejected rows are never inserted.
+    """
+    out = []
+    for name in plan.header:
+        kind = plan.kinds[name]
+        value = quote(name) if kind is Kind.TEXT else f"TRY_CAST({quote(name)} AS {kind.sql_type})"
+        out.append(f"{value} AS {quote(name)}")
+    return ", ".join(out)
 
 
 def _setting(value: str) -> str:
