@@ -32,9 +32,9 @@ def locked_version(package: str) -> str:
     return versions.pop()
 
 
-def dag_connection_ids() -> set[str]:
-    """Connection ids the example DAGs use by default (the second argument of os.environ.get)."""
-    ids: set[str] = set()
+def dag_env_defaults() -> dict[str, str]:
+    """Each ``ABM_*`` variable the example DAGs read, with its default (``os.environ.get(NAME, default)``)."""
+    defaults: dict[str, str] = {}
     for path in (ROOT / "dags").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if (
@@ -43,10 +43,15 @@ def dag_connection_ids() -> set[str]:
                 and node.func.attr == "get"
                 and len(node.args) == 2
                 and isinstance(node.args[0], ast.Constant)
-                and str(node.args[0].value).endswith("_CONN_ID")
+                and isinstance(node.args[1], ast.Constant)
             ):
-                ids.add(node.args[1].value)  # type: ignore[attr-defined]
-    return ids
+                defaults[str(node.args[0].value)] = str(node.args[1].value)
+    return defaults
+
+
+def dag_connection_ids() -> set[str]:
+    """Connection ids the example DAGs use by default."""
+    return {value for name, value in dag_env_defaults().items() if name.endswith("_CONN_ID")}
 
 
 def test_every_depends_on_names_a_service(compose: dict[str, Any]) -> None:
@@ -197,18 +202,9 @@ def test_the_e2e_run_defines_the_same_connections_as_compose(compose: dict[str, 
 
 def dag_default(variable: str) -> str:
     """The default an example DAG gives an ``ABM_*`` environment variable."""
-    for path in (ROOT / "dags").glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "get"
-                and len(node.args) == 2
-                and isinstance(node.args[0], ast.Constant)
-                and node.args[0].value == variable
-            ):
-                return str(node.args[1].value)  # type: ignore[attr-defined]
-    raise AssertionError(f"no DAG reads {variable}")
+    defaults = dag_env_defaults()
+    assert variable in defaults, f"no DAG reads {variable}"
+    return defaults[variable]
 
 
 @pytest.mark.postgres
