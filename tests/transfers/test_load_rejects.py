@@ -138,3 +138,46 @@ def test_a_quoted_empty_key_is_rejected_on_every_path(warehouse, tmp_path, carri
     assert warehouse.contents() == expected("TACTIC_PERFORMANCE", [g[0]])
     (reject,) = read_rejects(Path(out["rejects_path"]))
     assert (int(reject["line"]), reject["reason"]) == (3, "missing value in key column tactic_id")
+
+
+#: Values at the edges of each rule, and whether the rule accepts them. PostgreSQL decides most rows
+#: with a cheaper test than the rule's pattern (``PostgresLoader.sound_sql``); both must agree here.
+EDGES = [
+    ("impressions", "9" * 18, True),
+    ("impressions", "-" + "9" * 18, True),
+    ("impressions", "9" * 19, False),
+    ("impressions", "--1", False),
+    ("impressions", "1-", False),
+    ("spend", "9" * 16 + ".99", True),
+    ("spend", "-" + "9" * 16 + ".5", True),
+    ("spend", "9" * 17, False),
+    ("spend", "1.", False),
+    ("spend", ".5", False),
+    ("spend", "1.2.3", False),
+    ("date", "0001-01-01", True),
+    ("date", "0000-01-01", False),
+    ("date", "2024-02-29", True),
+    ("date", "2026-02-29", False),
+    ("date", "2026-04-31", False),
+    ("date", "2026-12-31", True),
+    ("date", "2026-13-01", False),
+    ("date", "2026-00-10", False),
+    ("date", "2026-01-32", False),
+    ("date", "2026-01-00", False),
+    ("date", "20260-1-01", False),
+]
+
+
+@pytest.mark.parametrize(("column", "value", "accepted"), EDGES, ids=[f"{c}={v}" for c, v, _ in EDGES])
+def test_values_at_the_edge_of_each_rule(native_warehouse, tmp_path, column, value, accepted):
+    g = GOOD
+    text = "\n".join([",".join(TACTIC_COLUMNS), line(g[0]), line(g[1], **{column: value})]) + "\n"
+    path = tmp_path / "edge.csv"
+    path.write_text(text, encoding="utf-8")
+
+    out = native_warehouse.operator(source=download_xcom(path, "edge"), max_rejected=1).execute(context={})
+
+    assert out["rows_loaded"] == (2 if accepted else 1)
+    if not accepted:
+        (reject,) = read_rejects(Path(out["rejects_path"]))
+        assert reject["reason"].startswith(f"column {column}: expected"), reject["reason"]

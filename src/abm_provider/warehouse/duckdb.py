@@ -2,9 +2,10 @@
 
 ``read_csv`` is given the header's columns explicitly (nothing is sniffed, so a file cannot change
 how it is read) and reads them as VARCHAR; the shared rules of :mod:`abm_provider.warehouse.schema`
-are evaluated on that text, and the values typed, in that same single statement. Reading the columns typed instead would make DuckDB
-round ``1.005`` into ``DECIMAL(18,2)`` and accept date spellings the other warehouses refuse, and a
-typed column's cast error would be reported as a malformed line.
+are evaluated on that text, and the values typed, in that same single statement. Reading the
+columns typed instead would make DuckDB round ``1.005`` into ``DECIMAL(18,2)`` and accept date
+spellings the other warehouses refuse, and a typed column's cast error would be reported as a
+malformed line.
 
 ``store_rejects`` lets the read finish when a record cannot be split (wrong field count, broken
 quote, bytes that are not UTF-8) and tells whether there was one. If so, or if DuckDB refuses the
