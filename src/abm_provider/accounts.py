@@ -15,7 +15,6 @@ import io
 import json
 import os
 import re
-import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
@@ -579,8 +578,7 @@ class RejectsWriter(AbstractContextManager["RejectsWriter"]):
     empty), ``reason``, ``id`` (as read, for grepping) and ``row`` (the original row as JSON, so
     nothing of it is lost whatever the source's columns). The file is created on the first reject
     only, so a clean run leaves nothing behind, and each row is written as it comes: memory does not
-    grow with the number of rejects. Writes are serialised by a lock, because invalid rows are found
-    by the thread reading ahead while not-found accounts come back to the one sending.
+    grow with the number of rejects.
     """
 
     def __init__(self, path: str | os.PathLike[str] | ObjectStoragePath, id_column: str = "id") -> None:
@@ -589,7 +587,6 @@ class RejectsWriter(AbstractContextManager["RejectsWriter"]):
         self.count = 0
         self._file: Any = None
         self._writer: Any = None
-        self._lock = threading.Lock()
 
     @property
     def written(self) -> bool:
@@ -617,19 +614,17 @@ class RejectsWriter(AbstractContextManager["RejectsWriter"]):
             "" if raw_id is None else str(raw_id),
             json.dumps(payload, default=str, ensure_ascii=False, separators=(",", ":")),
         )
-        with self._lock:
-            if self._writer is None:
-                self._open()
-            self._writer.writerow(record)
-            self.count += 1
+        if self._writer is None:
+            self._open()
+        self._writer.writerow(record)
+        self.count += 1
 
     def close(self) -> None:
         """Flush and close the file (for object stores this is when the upload completes)."""
-        with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
-                self._writer = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            self._writer = None
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
