@@ -13,6 +13,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Mapping
 from contextlib import closing
@@ -167,7 +168,7 @@ def summarize(emulator: RunningEmulator) -> None:
     )
     print("  abm_list_rejects (not sent again until the row changes):")
     for reason, count in rejects:
-        print(f"    {count:>5}  {reason[:90]}")
+        print(f"    {count:>5}  {textwrap.shorten(reason, 100, placeholder=' ...')}")
     print(f"Downloaded exports and rejects files: {FILES}")
     print(f"Logs of the DAG runs: {LOGS}")
     print(f"Airflow home (SQLite): {STATE / 'airflow'}")
