@@ -182,15 +182,6 @@ class DuckDBLoader(WarehouseLoader):
         # The stage already holds typed values (see _typed_columns).
         return column
 
-    def insert_new(self, cur: Any, request: LoadRequest, plan: ColumnPlan, loaded_at: Any) -> int:
-        # Row order mattered only for mapping staged rows back to file records, which is done by now;
-        # without it DuckDB inserts in parallel with less memory.
-        cur.execute("SET preserve_insertion_order = false")
-        try:
-            return super().insert_new(cur, request, plan, loaded_at)
-        finally:
-            cur.execute("SET preserve_insertion_order = true")
-
 
 def _typed_columns(plan: ColumnPlan) -> str:
     """The staged columns, typed while the file is read, under their own names.

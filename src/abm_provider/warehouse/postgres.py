@@ -51,7 +51,7 @@ class PostgresLoader(WarehouseLoader):
         )
 
     def sound_sql(self, plan: ColumnPlan, keys: Sequence[str]) -> str:
-        """True for a staged row every rule accepts; false or NULL when it needs the full check.
+        """True for a staged row every rule accepts; false when it needs the full check.
 
         Why: PostgreSQL's regular expressions are slow with alternations and bounded repeats, and the
         CASE of ``reason_sql`` runs such a pattern per typed column of every row: most of a 1 GB
