@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -76,3 +77,22 @@ async def test_400_is_not_retried_and_401_names_the_connection(
     assert wrong.value.http_status == 401 and "abm_wrong" in str(wrong.value)
     assert "bad-key-99" not in str(wrong.value)
     assert len(seen(abm, method="GET", path=EXECUTIONS)) == 2
+
+
+async def test_attempts_and_retry_warnings_count_the_first_try(
+    abm: Any, hook: AbmHook, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first attempt runs outside the retry loop; counts and warnings must not show the seam."""
+    hook.create_export_job(TYPE, "0 6 1 * *")
+    for _ in range(3):
+        abm.inject_fault(origin="api", method="GET", path=EXECUTIONS, kind="status", status=500)
+    async with AbmAsyncHook(max_attempts=3, max_wait=0.1) as async_hook:
+        with pytest.raises(AbmApiError) as info:
+            await _collect(async_hook)
+    assert info.value.http_status == 500 and info.value.attempts == 3
+    assert re.findall(r"attempt (\d)/3, retrying in", capsys.readouterr().out) == ["1", "2"]
+
+    async with AbmAsyncHook() as async_hook:
+        with pytest.raises(AbmApiError) as unknown:
+            await _collect(async_hook, order_by="nonsense")
+    assert unknown.value.http_status == 400 and unknown.value.attempts == 1

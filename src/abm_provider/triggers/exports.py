@@ -52,7 +52,9 @@ def parse_timestamp(value: Any) -> datetime | None:
     if isinstance(value, datetime):
         parsed = value
     elif isinstance(value, str):
-        text = _FRACTION.sub(r"\1", value.strip())
+        text = value.strip()
+        if "." in text:  # most timestamps have no fraction, and this runs on every poll
+            text = _FRACTION.sub(r"\1", text)
         if text.endswith(("Z", "z")):
             text = text[:-1] + "+00:00"
         try:
@@ -251,7 +253,7 @@ class ExecutionCompleteTrigger(BaseTrigger):
         if poll_interval <= 0:
             raise ValueError(f"poll_interval must be positive, got {poll_interval}")
         # Fail at construction (in the worker, before deferring) rather than in the triggerer.
-        parse_timestamp(updated_after)
+        self._cutoff = parse_timestamp(updated_after)
         self.abm_conn_id = abm_conn_id
         self.export_type = export_type
         self.updated_after = updated_after
@@ -290,7 +292,7 @@ class ExecutionCompleteTrigger(BaseTrigger):
     async def check_once(self, hook: AbmAsyncHook) -> Verdict:
         """One look at the executions, newest first, reading only as many pages as the answer needs."""
         executions = hook.iter_executions(self.export_type, order_by="updateTime desc")
-        return await select_execution_async(executions, self.export_type, parse_timestamp(self.updated_after))
+        return await select_execution_async(executions, self.export_type, self._cutoff)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Poll until a terminal verdict, a non-retryable error or the deadline; yield one event."""
