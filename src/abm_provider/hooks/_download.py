@@ -1,9 +1,10 @@
 """Streaming a download link into a file object, resuming after dropped connections.
 
-A pre-signed link can be hundreds of megabytes, so the body is written chunk by chunk (memory is one
-chunk) and hashed on the way. When the connection drops, the next attempt asks for the rest with
-``Range`` and ``If-Match`` so a changed file is never stitched onto the old one's start; progress
-resets the failure count, so only repeated failures without progress end the download.
+A pre-signed link can be hundreds of megabytes, so the body is written chunk by chunk (memory is a
+few chunks) and hashed on the way; the writes run on a second thread (:mod:`._writer`). When the
+connection drops, the next attempt asks for the rest with ``Range`` and ``If-Match`` so a changed
+file is never stitched onto the old one's start; progress resets the failure count, so only
+repeated failures without progress end the download.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from abm_provider.hooks._policy import (
     url_origin,
 )
 from abm_provider.hooks._transport import innermost, request_was_sent, tls_error
+from abm_provider.hooks._writer import OrderedWriter
 from abm_provider.models import DownloadResult
 
 
@@ -76,7 +78,7 @@ class ResumableDownload:
     ) -> DownloadResult:
         """Stream ``download_uri`` into ``fileobj`` in ``chunk_size`` pieces, resuming after drops.
 
-        Memory stays at one chunk whatever the file size. After a dropped connection the transfer
+        Memory stays at a few chunks whatever the file size. After a dropped connection the transfer
         resumes with ``Range: bytes=<written>-`` and ``If-Match: <ETag>``; a failure that made
         progress does not use up an attempt, so a long file survives many drops. The byte count is
         checked against ``Content-Length``. A link on another origin than the API gets no
@@ -231,31 +233,32 @@ class ResumableDownload:
         state.etag = state.etag or etag
         state.total = state.total if state.total is not None else total
         chunks = response.iter_content(chunk_size)
-        while True:
-            try:
-                chunk = next(chunks)
-            except StopIteration:
-                break
-            except requests.exceptions.RequestException as exc:
-                raise transport_error(
-                    method="GET",
-                    path=path,
-                    exc=_DroppedAfter(state.written, state.total, innermost(exc)),
-                    sent=True,
-                    idempotent=True,
-                    redact=redact,
-                ) from None
-            if skip:
-                dropped = min(skip, len(chunk))
-                chunk = chunk[dropped:]
-                skip -= dropped
-                if not chunk:
-                    continue
-            fileobj.write(chunk)
-            state.digest.update(chunk)
-            state.written += len(chunk)
-            if on_progress is not None:
-                on_progress(state.written, state.total)
+        with OrderedWriter(fileobj) as out:
+            while True:
+                try:
+                    chunk = next(chunks)
+                except StopIteration:
+                    break
+                except requests.exceptions.RequestException as exc:
+                    raise transport_error(
+                        method="GET",
+                        path=path,
+                        exc=_DroppedAfter(state.written, state.total, innermost(exc)),
+                        sent=True,
+                        idempotent=True,
+                        redact=redact,
+                    ) from None
+                if skip:
+                    dropped = min(skip, len(chunk))
+                    chunk = chunk[dropped:]
+                    skip -= dropped
+                    if not chunk:
+                        continue
+                out.write(chunk)
+                state.digest.update(chunk)
+                state.written += len(chunk)
+                if on_progress is not None:
+                    on_progress(state.written, state.total)
         if state.total is not None and state.written != state.total:
             if state.written > state.total:
                 raise AbmApiError(
