@@ -176,7 +176,9 @@ class AccountValidator:
                 None,
                 f"id is {len(account_id)} characters, over the limit of {self.max_field_length}",
             )
-        if _ID_FORBIDDEN.search(account_id):
+        # isalnum() is a fast, exact pass for the usual ids (no whitespace or control character can
+        # be alphanumeric); the pattern decides the rest.
+        if not account_id.isalnum() and _ID_FORBIDDEN.search(account_id):
             return None, "id contains whitespace or control characters"
         account = {"id": account_id}
         for api_field, column in self._optional:
@@ -192,7 +194,8 @@ class AccountValidator:
                 return None, (
                     f"{api_field} is {len(value)} characters, over the limit of {self.max_field_length}"
                 )
-            if _CONTROL_CHARS.search(value):
+            # A printable string holds no control character; only the others need the pattern.
+            if not value.isprintable() and _CONTROL_CHARS.search(value):
                 return None, f"{api_field} contains control characters"
             account[api_field] = value
         if self._crm_type_column is not None:

@@ -52,9 +52,12 @@ def _read_rejects(path: Path) -> list[dict[str, str]]:
         ({"id": "0" * 256}, "id is 256 characters"),
         ({"id": "001 000"}, "id contains whitespace"),
         ({"id": "001\x00abc"}, "id contains whitespace or control"),
+        ({"id": "001\u00a0abc"}, "id contains whitespace or control"),
+        ({"id": "001-\u2028x"}, "id contains whitespace or control"),
         ({"id": GOOD, "name": 5}, "name must be a string, got int"),
         ({"id": GOOD, "crmOrgId": ["a"]}, "crmOrgId must be a string, got list"),
         ({"id": GOOD, "name": "a\x01b"}, "name contains control characters"),
+        ({"id": GOOD, "name": "Zoë \x7f"}, "name contains control characters"),
         ({"id": GOOD, "crmType": "HUBSPOT"}, "unknown crmType 'HUBSPOT'"),
         ({"id": GOOD, "crmType": "salesforce"}, "unknown crmType 'salesforce'"),
         ({"id": GOOD, "crmType": 3}, "crmType must be a string, got int"),
@@ -65,6 +68,15 @@ def test_validator_rejects_with_reason(row, reason_start):
     account, reason = AccountValidator(default_crm_org_id="00D1").validate(row)
     assert account is None
     assert reason is not None and reason.startswith(reason_start), reason
+
+
+@pytest.mark.parametrize("account_id", ["001-abc_X.1", "Ünïcode-ID", "a/b:c"])
+@pytest.mark.parametrize("name", ["Acme\tInc", "Café\nLyon", "Zoë – “Tier 1”"])
+def test_validator_accepts_ids_and_names_the_fast_checks_pass_to_the_pattern(account_id, name):
+    """Not alphanumeric, or not printable, is not yet wrong: tabs and newlines are allowed in names."""
+    account, reason = AccountValidator(default_crm_org_id="00D1").validate({"id": account_id, "name": name})
+    assert reason is None and account is not None
+    assert (account["id"], account["name"]) == (account_id, name)
 
 
 def test_validator_builds_payload_with_defaults_and_trimming():
