@@ -181,3 +181,55 @@ def test_values_at_the_edge_of_each_rule(native_warehouse, tmp_path, column, val
     if not accepted:
         (reject,) = read_rejects(Path(out["rejects_path"]))
         assert reject["reason"].startswith(f"column {column}: expected"), reject["reason"]
+
+
+@pytest.mark.parametrize("kind", ["postgres", "sqlite"])
+def test_a_new_table_gets_its_unique_key_index_with_the_first_load(kind, tmp_path, monkeypatch, request):
+    """Built after the insert (one sort, not row by row), it still guards the natural key afterwards."""
+    from conftest import make_warehouse
+
+    warehouse = make_warehouse(kind, tmp_path, monkeypatch, request)
+    path = tmp_path / "first.csv"
+    path.write_text("\n".join([",".join(TACTIC_COLUMNS), *(line(r) for r in GOOD)]) + "\n", encoding="utf-8")
+    warehouse.operator(source=download_xcom(path, "i1")).execute(context={})
+
+    first = GOOD[0]
+    with pytest.raises(Exception, match="(?i)unique"):
+        warehouse.query(
+            f"INSERT INTO {warehouse.table} (date, tactic_id) "
+            f"VALUES ('{first['date']}', '{first['tactic_id']}')"
+        )
+
+
+def test_postgres_skips_its_sql_check_when_the_arrow_prescan_vouches(tmp_path, monkeypatch, request, capsys):
+    from conftest import make_warehouse
+
+    warehouse = make_warehouse("postgres", tmp_path, monkeypatch, request)
+    path = tmp_path / "clean.csv"
+    path.write_text("\n".join([",".join(TACTIC_COLUMNS), *(line(r) for r in GOOD)]) + "\n", encoding="utf-8")
+    out = warehouse.operator(source=download_xcom(path, "p1")).execute(context={})
+    assert out["rows_loaded"] == len(GOOD) and out["rows_rejected"] == 0
+    assert warehouse.contents() == expected("TACTIC_PERFORMANCE", GOOD)
+    assert f"Every one of the {len(GOOD)} records passed the column rules" in capsys.readouterr().out
+
+    messy, _ = messy_file(tmp_path / "messy.csv")
+    out = warehouse.operator(source=download_xcom(messy, "p2"), max_rejected=10).execute(context={})
+    assert "passed the column rules" not in capsys.readouterr().out and out["rows_rejected"] == 7
+
+
+def test_repeated_keys_into_a_new_table_are_found_and_counted_against_the_limit(native_warehouse, tmp_path):
+    """PostgreSQL leaves repeated keys of a first load to its unique index build; the outcome is the same."""
+    rows = tactic_rows([dt.date(2026, 10, 1)], 3, version=1)
+    later = dict(rows[0], clicks="99")
+    path = tmp_path / "repeats.csv"
+    path.write_text("\n".join([",".join(TACTIC_COLUMNS), *(line(r) for r in [*rows, later])]) + "\n")
+
+    with pytest.raises(AirflowFailException, match="1 of 4 records were rejected"):
+        native_warehouse.operator(source=download_xcom(path, "d1")).execute(context={})
+    assert not native_warehouse.exists()
+
+    out = native_warehouse.operator(source=download_xcom(path, "d1"), max_rejected=1).execute(context={})
+    assert (out["rows_loaded"], out["rows_rejected"]) == (3, 1)
+    assert native_warehouse.contents() == expected("TACTIC_PERFORMANCE", [later, rows[1], rows[2]])
+    (reject,) = read_rejects(Path(out["rejects_path"]))
+    assert reject["line"] == "2" and "duplicate natural key" in reject["reason"]

@@ -154,6 +154,9 @@ class WarehouseLoader(ABC):
     unique_key_index: ClassVar[bool] = True
     #: Whether staged rows are checked in SQL (``valid_sql``) rather than while staging.
     validates_in_sql: ClassVar[bool] = True
+    #: Whether, into a new table, repeated keys are left for the unique index build to find (the
+    #: driver must then recognise its error in ``is_unique_violation`` and support savepoints).
+    defer_duplicate_check: ClassVar[bool] = False
 
     def __init__(self, hook: Any, log: logging.Logger | None = None) -> None:
         self.hook = hook
@@ -258,7 +261,11 @@ class WarehouseLoader(ABC):
         )
         rejects = dict(structural)
         rejects.update(self._value_rejects(cur))
-        rejects.update(self._duplicate_rejects(cur, request.key_columns))
+        # Into a new table, the unique index built after the insert finds repeated keys as a side
+        # effect of its sort; the scan for them runs only if it does (see _replace).
+        deferred = self.defer_duplicate_check and not plan.table_exists and self.unique_key_index
+        if not deferred:
+            rejects.update(self._duplicate_rejects(cur, request.key_columns))
         total = self._count(cur, f"SELECT COUNT(*) FROM {STAGE_TABLE}") + len(structural)
         self._report_rejects(request, len(plan.header), rejects, total, result)
 
@@ -271,12 +278,26 @@ class WarehouseLoader(ABC):
         current = self.table_columns(conn, cur, request.table)
         if current != existing:  # another load changed the table while this one staged
             plan = plan_columns(request, header, current)
+        if deferred and plan.table_exists:  # created meanwhile: no index of ours will be built
+            deferred = False
+            self._add_duplicate_rejects(cur, request, len(plan.header), rejects, total, result)
         self._prepare_target(cur, request, plan)
         result.columns_added = list(plan.to_add)
 
         loaded_at = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-        result.rows_deleted = self.delete_replaced(cur, request, plan)
-        result.rows_loaded = self.insert_new(cur, request, plan, loaded_at)
+        if deferred:
+            cur.execute("SAVEPOINT abm_replace")
+            try:
+                self._replace(cur, request, plan, loaded_at, result)
+            except Exception as exc:
+                if not self.is_unique_violation(exc):
+                    raise
+                cur.execute("ROLLBACK TO SAVEPOINT abm_replace")
+                self.log.info("%s repeats natural keys; setting the earlier rows aside", request.path.name)
+                self._add_duplicate_rejects(cur, request, len(plan.header), rejects, total, result)
+                self._replace(cur, request, plan, loaded_at, result)
+        else:
+            self._replace(cur, request, plan, loaded_at, result)
         entry = ledger.LedgerEntry(
             target_table=str(request.table),
             execution_id=request.execution_id,
@@ -296,6 +317,34 @@ class WarehouseLoader(ABC):
         conn.commit()
 
     # ---- steps ---------------------------------------------------------------------------------
+
+    def _replace(
+        self, cur: Any, request: LoadRequest, plan: ColumnPlan, loaded_at: dt.datetime, result: LoadResult
+    ) -> None:
+        """Delete the restated keys, insert the staged rows, and index a table this load created."""
+        result.rows_deleted = self.delete_replaced(cur, request, plan)
+        result.rows_loaded = self.insert_new(cur, request, plan, loaded_at)
+        if not plan.table_exists and self.unique_key_index:
+            self._create_key_index(cur, request)
+
+    def _add_duplicate_rejects(
+        self,
+        cur: Any,
+        request: LoadRequest,
+        width: int,
+        rejects: dict[int, str],
+        total: int,
+        result: LoadResult,
+    ) -> None:
+        """The deferred duplicate scan: mark the rows, then rewrite the rejects file and recheck the limit."""
+        duplicates = self._duplicate_rejects(cur, request.key_columns)
+        if duplicates:
+            rejects.update(duplicates)
+            self._report_rejects(request, width, rejects, total, result)
+
+    def is_unique_violation(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the database refusing a second row for a unique key."""
+        return False
 
     def _already_loaded(self, conn: Any, cur: Any, request: LoadRequest) -> bool:
         if self.table_columns(conn, cur, request.ledger) is None:
@@ -397,16 +446,24 @@ class WarehouseLoader(ABC):
             columns = [f"{quote(n)} {plan.kinds[n].sql_type}" for n in plan.header]
             columns += [f"{quote(EXECUTION_ID_COLUMN)} TEXT", f"{quote(LOADED_AT_COLUMN)} TIMESTAMP"]
             cur.execute(f"CREATE TABLE IF NOT EXISTS {request.table.sql} ({', '.join(columns)})")
-            if self.unique_key_index:
-                index = quote(f"{request.table.name}_natural_key")
-                keys = ", ".join(quote(k) for k in request.key_columns)
-                cur.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {index} ON {request.table.sql} ({keys})")
             self.log.info("Created table %s", request.table)
         for name in plan.to_add:
             cur.execute(
                 f"ALTER TABLE {request.table.sql} ADD COLUMN {quote(name)} {plan.kinds[name].sql_type}"
             )
             self.log.warning("Added column %s %s to %s", name, plan.kinds[name].sql_type, request.table)
+
+    def _create_key_index(self, cur: Any, request: LoadRequest) -> None:
+        """The unique natural-key index of a table this load created, built once its rows are in.
+
+        Why after the insert: building an index over rows already there is one sort, while keeping
+        it up to date row by row during the insert cost a 200 MB load 1 s more on PostgreSQL (7.3 s,
+        against 4.9 s to insert and 1.4 s to build). The table is new in this transaction, so
+        nobody sees it without the index.
+        """
+        index = quote(f"{request.table.name}_natural_key")
+        keys = ", ".join(quote(k) for k in request.key_columns)
+        cur.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {index} ON {request.table.sql} ({keys})")
 
     def delete_replaced(self, cur: Any, request: LoadRequest, plan: ColumnPlan) -> int:
         """Delete the table's rows whose natural key the file holds (restated rows)."""

@@ -4,7 +4,9 @@ Why all-TEXT staging and validation in SQL: a typed ``COPY`` stops at the first 
 only which line, so one bad number would fail a 1 GB load; PostgreSQL 15 has no ``ON_ERROR``. Text
 columns accept every well-formed record, the identity column numbers records in file order, and
 one ``UPDATE`` evaluates the shared rules (:mod:`abm_provider.warehouse.schema`) and marks the
-few bad rows. The file is sent in 1 MiB chunks, never read whole, so memory stays flat.
+few bad rows. While ``COPY`` runs, a thread applies the same rules to the file with Arrow
+(:mod:`abm_provider.warehouse.prescan`); when it vouches for every record the ``UPDATE`` is skipped.
+The file is sent in 1 MiB chunks, never read whole, so memory stays flat.
 
 A file ``COPY`` cannot split at all (wrong field count, broken quote, bytes that are not UTF-8)
 fails the ``COPY``; the load then rolls back to a savepoint and streams the file again through
@@ -22,11 +24,14 @@ from __future__ import annotations
 
 import csv
 import io
+import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
 from abm_provider.warehouse.base import STAGE_TABLE, ColumnPlan, LoadRequest, WarehouseLoader
+from abm_provider.warehouse.prescan import vouch_all
 from abm_provider.warehouse.records import iter_records
 from abm_provider.warehouse.schema import Kind, TableName, quote
 
@@ -41,6 +46,14 @@ WORK_MEM = "256MB"
 class PostgresLoader(WarehouseLoader):
     method = "postgres_copy"
     placeholder = "%s"
+    #: Set by ``stage``: the pre-scan vouched for every staged record, so none has a ``_reason``.
+    _all_sound = False
+    # The GROUP BY that looks for repeated keys costs a 200 MB load 1.6 s; building the new table's
+    # unique index (which it needs anyway) finds them for free.
+    defer_duplicate_check = True
+
+    def is_unique_violation(self, exc: BaseException) -> bool:
+        return _sqlstate(exc) == "23505"
 
     def begin(self, cur: Any) -> None:
         # Transaction-local, and only ever raised: the default 4MB sends a million-key GROUP BY to disk.
@@ -99,32 +112,50 @@ class PostgresLoader(WarehouseLoader):
         )
         cur.execute("SAVEPOINT abm_copy")
         structural: dict[int, str] = {}
-        try:
-            with request.path.open("rb") as handle:
-                self._copy(
-                    cur,
-                    f"COPY {STAGE_TABLE} ({names}) FROM STDIN WITH (FORMAT csv, HEADER true)",
-                    _chunks(handle, request.size, self.log),
-                )
-        except Exception as exc:
-            if not _is_data_error(exc):
-                raise
-            self.log.warning(
-                "COPY refused %s (%s); streaming it again through Python to set malformed records aside",
-                request.path.name,
-                str(exc).splitlines()[0],
+        stop = threading.Event()
+        with ThreadPoolExecutor(1, thread_name_prefix="abm-prescan") as pool:
+            prescan = pool.submit(
+                vouch_all, request.path, plan.header, dict(plan.kinds), request.key_columns, stop
             )
-            cur.execute("ROLLBACK TO SAVEPOINT abm_copy")
-            structural = self._copy_checked(cur, request, plan, names)
+            try:
+                with request.path.open("rb") as handle:
+                    copied = self._copy(
+                        cur,
+                        f"COPY {STAGE_TABLE} ({names}) FROM STDIN WITH (FORMAT csv, HEADER true)",
+                        _chunks(handle, request.size, self.log),
+                    )
+            except BaseException as exc:
+                stop.set()
+                if not isinstance(exc, Exception) or not _is_data_error(exc):
+                    raise
+                self.log.warning(
+                    "COPY refused %s (%s); streaming it again through Python to set malformed records aside",
+                    request.path.name,
+                    str(exc).splitlines()[0],
+                )
+                cur.execute("ROLLBACK TO SAVEPOINT abm_copy")
+                structural = self._copy_checked(cur, request, plan, names)
+                copied = -1
+            vouched = prescan.result()
         cur.execute("RELEASE SAVEPOINT abm_copy")
-        sound = self.sound_sql(plan, request.key_columns)
-        cur.execute(
-            # A CASE, because the planner may evaluate ANDed conditions in any order.
-            f"UPDATE {STAGE_TABLE} SET _reason = {reason_sql} "
-            f"WHERE CASE WHEN {sound} THEN false ELSE ({reason_sql}) IS NOT NULL END"
-        )
-        cur.execute(f"ANALYZE {STAGE_TABLE}")
+        self._all_sound = vouched is not None and vouched == copied
+        if self._all_sound:
+            self.log.info("Every one of the %d records passed the column rules (Arrow pre-scan)", copied)
+        else:
+            sound = self.sound_sql(plan, request.key_columns)
+            cur.execute(
+                # A CASE, because the planner may evaluate ANDed conditions in any order.
+                f"UPDATE {STAGE_TABLE} SET _reason = {reason_sql} "
+                f"WHERE CASE WHEN {sound} THEN false ELSE ({reason_sql}) IS NOT NULL END"
+            )
+        if plan.table_exists:
+            # Statistics for the join that deletes restated keys; a new table has none to delete, and
+            # its index build finds repeated keys, so the 200 MB stage's 0.3 to 0.6 s is saved there.
+            cur.execute(f"ANALYZE {STAGE_TABLE}")
         return structural
+
+    def _value_rejects(self, cur: Any) -> dict[int, str]:
+        return {} if self._all_sound else super()._value_rejects(cur)
 
     def _copy_checked(self, cur: Any, request: LoadRequest, plan: ColumnPlan, names: str) -> dict[int, str]:
         structural: dict[int, str] = {}
@@ -152,13 +183,15 @@ class PostgresLoader(WarehouseLoader):
         return structural
 
     @staticmethod
-    def _copy(cur: Any, sql: str, chunks: Iterator[bytes]) -> None:
+    def _copy(cur: Any, sql: str, chunks: Iterator[bytes]) -> int:
+        """Run ``COPY ... FROM STDIN`` over the chunks; the rows it stored (-1 if the driver won't say)."""
         if hasattr(cur, "copy"):  # psycopg 3
             with cur.copy(sql) as copy:
                 for chunk in chunks:
                     copy.write(chunk)
         else:  # psycopg2 reads from a file-like object
             cur.copy_expert(sql, _IterFile(chunks), size=CHUNK)
+        return int(cur.rowcount) if cur.rowcount is not None else -1
 
 
 def _sound_value_sql(column: str, kind: Kind) -> str:
@@ -223,7 +256,13 @@ class _IterFile(io.RawIOBase):
         return out
 
 
+def _sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a psycopg 3 (``sqlstate``) or psycopg2 (``pgcode``) error."""
+    code = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
+    return code if isinstance(code, str) else None
+
+
 def _is_data_error(exc: BaseException) -> bool:
     """SQLSTATE class 22 (data exception): bad field count, broken quoting, invalid encoding."""
-    code = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
-    return isinstance(code, str) and code.startswith("22")
+    code = _sqlstate(exc)
+    return code is not None and code.startswith("22")

@@ -1,0 +1,118 @@
+"""A vectorised pass over the file that vouches for every record, so the SQL check can be skipped.
+
+Why: PostgreSQL evaluates the column rules (:mod:`abm_provider.warehouse.schema`) row by row with its
+regular-expression engine, which costs more than the ``COPY`` itself (5.5 s against 2.9 s for a
+200 MB file). Arrow reads the same file and applies the same rules, compiled to RE2 and run column
+at a time, in about 1 s of one core, and it does so on a thread while ``COPY`` streams the file
+(both release the GIL), so on two cores it costs no wall time.
+
+The pass only ever says "every record is sound" or "not sure": a file it cannot read the way
+``COPY`` does (bad quoting, bad UTF-8), a record it doubts, or a record count that differs from what
+``COPY`` staged all leave the SQL check to run exactly as before. It is therefore conservative
+where the two readers could disagree: a quoted empty field (``""``) in a typed column is doubted,
+because ``COPY`` stages it as an empty string, which the rules reject, while an unquoted empty field
+is NULL, which they accept. Columns without a rule are not read at all (that is most of the
+bytes); bad UTF-8 there makes ``COPY`` refuse the file, and the pass's answer is then not used.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from abm_provider.warehouse.records import UnreadableFile, read_header
+from abm_provider.warehouse.schema import Kind
+
+#: Bytes Arrow reads per batch: small, because the pool keeps what it once held (RSS, not speed).
+BLOCK_SIZE = 1 << 20
+
+_SHORT_MONTHS = ("04", "06", "09", "11")
+
+
+def vouch_all(
+    path: Path, header: Sequence[str], kinds: dict[str, Kind], keys: Sequence[str], stop: threading.Event
+) -> int | None:
+    """The number of records when every one satisfies every rule, else ``None`` ("run the SQL check").
+
+    ``stop`` ends the pass early (the load no longer needs it); that too returns ``None``.
+    """
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    checked = [n for n in header if kinds[n].pattern is not None]
+    read = [*dict.fromkeys([*keys, *checked])]
+    try:
+        if read_header(path) != list(header):
+            return None
+        reader = pcsv.open_csv(
+            path,
+            read_options=pcsv.ReadOptions(block_size=BLOCK_SIZE, use_threads=False),
+            parse_options=pcsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False),
+            convert_options=pcsv.ConvertOptions(
+                include_columns=read,
+                column_types=dict.fromkeys(read, pa.string()),
+                null_values=[""],
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+        records = 0
+        for batch in reader:
+            if stop.is_set() or not _batch_sound(batch, kinds, keys, checked):
+                return None
+            records += batch.num_rows
+    except (pa.ArrowException, OSError, ValueError, UnreadableFile):
+        return None
+    return records
+
+
+def _batch_sound(batch: Any, kinds: dict[str, Kind], keys: Sequence[str], checked: Sequence[str]) -> bool:
+    import pyarrow.compute as pc
+
+    for key in keys:
+        column = batch.column(key)
+        if column.null_count or not _all(pc.not_equal(column, "")):
+            return False
+    for name in checked:
+        kind = kinds[name]
+        column = batch.column(name)
+        present = column.drop_null() if column.null_count else column
+        if not _all(pc.match_substring_regex(present, f"^(?:{kind.pattern})$")):
+            return False
+        if kind is Kind.DATE and not _days_exist(present):
+            return False
+    return True
+
+
+def _days_exist(dates: Any) -> bool:
+    """Whether every ``YYYY-MM-DD`` (already matching the pattern) names a day its month has."""
+    import pyarrow.compute as pc
+
+    day = pc.utf8_slice_codeunits(dates, 8, 10)
+    month = pc.utf8_slice_codeunits(dates, 5, 7)
+    late = pc.greater(day, "28")
+    if not pc.any(late).as_py():
+        return True
+    if pc.any(pc.and_(pc.equal(day, "31"), pc.is_in(month, value_set=_short_months()))).as_py():
+        return False
+    february = pc.filter(dates, pc.and_(late, pc.equal(month, "02")))
+    if len(february) == 0:
+        return True
+    # Arrow's strptime rolls 02-30 over to 03-02, so a date exists when it prints back unchanged.
+    parsed = pc.strptime(february, format="%Y-%m-%d", unit="s", error_is_null=True)
+    return _all(pc.equal(pc.strftime(parsed, format="%Y-%m-%d"), february))
+
+
+def _all(mask: Any) -> bool:
+    """True when every value of a boolean array is true; an empty array passes (Arrow says null)."""
+    import pyarrow.compute as pc
+
+    return bool(pc.all(mask, min_count=0).as_py())
+
+
+def _short_months() -> Any:
+    import pyarrow as pa
+
+    return pa.array(_SHORT_MONTHS)

@@ -1,0 +1,161 @@
+"""The Arrow pre-scan vouches for a file only when every record passes the rules the SQL check applies.
+
+It lets PostgreSQL skip its row-by-row check, so a wrong "sound" would let a bad value reach the
+cast (and fail the load) instead of the rejects file. These tests hold it to the Python rules of
+:func:`abm_provider.warehouse.schema.convert`, which the SQL rules are tested against elsewhere.
+"""
+
+from __future__ import annotations
+
+import csv
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from abm_provider.warehouse.prescan import vouch_all
+from abm_provider.warehouse.schema import Kind, convert, export_schema
+
+SCHEMA = export_schema("TACTIC_PERFORMANCE")
+HEADER = list(SCHEMA.column_names)
+KINDS = SCHEMA.kinds()
+KEYS = SCHEMA.natural_key
+GOOD = ["2026-10-03", "7038948", 'Launch, "Q1"\nÜnïcode', "86159080", "Intent", "4404", "3", "52.01"]
+
+
+def _file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "export.csv"
+    path.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
+    return path
+
+
+def _csv(tmp_path: Path, rows: list[list[str]]) -> Path:
+    path = tmp_path / "export.csv"
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(HEADER)
+        writer.writerows(rows)
+    return path
+
+
+def _vouch(path: Path) -> int | None:
+    return vouch_all(path, HEADER, KINDS, KEYS, threading.Event())
+
+
+def test_a_sound_file_is_vouched_for_with_its_record_count(tmp_path: Path) -> None:
+    rows = [GOOD, [*GOOD[:5], "", "", ""], ["2024-02-29", *GOOD[1:]], ["2026-12-31", *GOOD[1:]]]
+    assert _vouch(_csv(tmp_path, rows)) == 4
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("date", "2026-02-30"),
+        ("date", "2023-02-29"),
+        ("date", "2026-04-31"),
+        ("date", "2026-13-01"),
+        ("date", "0000-01-01"),
+        ("date", "2026-1-01"),
+        ("impressions", "12a"),
+        ("impressions", "1" * 19),
+        ("clicks", "1.0"),
+        ("spend", "1.234"),
+        ("spend", "1" * 17),
+        ("spend", " 52.01"),
+    ],
+)
+def test_one_bad_value_leaves_the_check_to_sql(tmp_path: Path, column: str, value: str) -> None:
+    bad = list(GOOD)
+    bad[HEADER.index(column)] = value
+    assert _vouch(_csv(tmp_path, [GOOD, bad, GOOD])) is None
+
+
+def test_missing_keys_and_quoted_empty_typed_fields_are_doubted(tmp_path: Path) -> None:
+    head = ",".join(HEADER)
+    # An unquoted empty tactic_id (NULL) and a quoted one ('') are both a missing key.
+    assert _vouch(_file(tmp_path, f"{head}\n2026-10-03,1,c,,t,1,1,1.00\n")) is None
+    assert _vouch(_file(tmp_path, f'{head}\n2026-10-03,1,c,"",t,1,1,1.00\n')) is None
+    # COPY stages a quoted empty number as '' (rejected), an unquoted one as NULL (accepted).
+    assert _vouch(_file(tmp_path, f'{head}\n2026-10-03,1,c,9,t,"",1,1.00\n')) is None
+    assert _vouch(_file(tmp_path, f"{head}\n2026-10-03,1,c,9,t,,1,1.00\n")) == 1
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'2026-10-03,1,"unclosed,9,t,1,1,1.00\n',
+        b"2026-10-03,1,c,9,t,1,1\n",
+        b"2026-10-03,1,c,9,t,\xff\xfe,1,1.00\n",
+        b"2026-10-03,1,c,9,t,1,1,1.00\n\n2026-10-04,1,c,9,t,1,1,1.00\n",
+    ],
+    ids=["broken-quote", "short-record", "not-utf8", "blank-line"],
+)
+def test_files_copy_would_refuse_are_not_vouched_for(tmp_path: Path, body: bytes) -> None:
+    assert _vouch(_file(tmp_path, ",".join(HEADER).encode() + b"\n" + body)) is None
+
+
+def test_a_header_other_than_the_plan_is_not_vouched_for(tmp_path: Path) -> None:
+    path = _csv(tmp_path, [GOOD])
+    assert vouch_all(path, ["date", *HEADER[2:]], KINDS, KEYS, threading.Event()) is None
+
+
+def test_a_stopped_scan_vouches_for_nothing(tmp_path: Path) -> None:
+    stop = threading.Event()
+    stop.set()
+    assert vouch_all(_csv(tmp_path, [GOOD] * 10), HEADER, KINDS, KEYS, stop) is None
+
+
+def _sound(row: list[str]) -> bool:
+    for name, text in zip(HEADER, row, strict=True):
+        if text == "":
+            if name in KEYS:
+                return False
+            continue
+        try:
+            convert(KINDS[name], text)
+        except ValueError:
+            return False
+    return True
+
+
+_VALUES = {
+    Kind.DATE: st.sampled_from(
+        [
+            "2026-10-03",
+            "2024-02-29",
+            "2023-02-29",
+            "2026-02-30",
+            "2026-06-31",
+            "2026-07-31",
+            "9999-12-31",
+            "0001-01-01",
+            "0000-05-05",
+            "2026-00-10",
+            "2026-10-32",
+            "",
+            "2026-10-3",
+            "x",
+        ]
+    ),
+    Kind.COUNT: st.one_of(st.integers(-(10**19), 10**19).map(str), st.sampled_from(["", "1.5", "+1", "١٢"])),
+    Kind.MONEY: st.one_of(
+        st.decimals(
+            allow_nan=False, allow_infinity=False, places=3, min_value=-(10**17), max_value=10**17
+        ).map(str),
+        st.sampled_from(["", "1.", ".5", "1e3", "-0.00"]),
+    ),
+    Kind.TEXT: st.text(max_size=6),
+}
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+@given(rows=st.lists(st.tuples(*(_VALUES[KINDS[n]] for n in HEADER)).map(list), min_size=1, max_size=8))
+def test_vouching_agrees_with_the_rules(tmp_path: Path, rows: list[list[str]]) -> None:
+    rows = [[value.replace("\r", "") for value in row] for row in rows]
+    vouched = _vouch(_csv(tmp_path, rows))
+    if all(_sound(row) for row in rows):
+        assert vouched == len(rows)
+    else:
+        assert vouched is None
