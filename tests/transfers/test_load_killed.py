@@ -43,18 +43,24 @@ KILL_POINTS = {
     """,
 }
 
+# The marker is written whole and then renamed into place: the test polls for it, and a plain
+# write_text lets the poll see the file after it is created but before its text is written.
 SCRIPT = """
-import json, sys, time
+import json, os, sys, time
 from pathlib import Path
 marker = Path(sys.argv[1])
+def announce(text):
+    partial = marker.with_name(marker.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, marker)
 def wait_to_be_killed():
-    marker.write_text("ready")
+    announce("ready")
     time.sleep(600)
 {patch}
 from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
 kwargs = json.loads(sys.argv[2])
 ExecutionCsvToSqlOperator(task_id="killed", **kwargs).execute(context={{}})
-marker.write_text("finished")
+announce("finished")
 """
 
 
