@@ -218,11 +218,37 @@ def marked_pids(marker: str) -> list[int]:
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
+            if needle in _environ(entry).split(b"\0"):
                 found.append(int(entry.name))
         except OSError:
             continue
     return found
+
+
+_PF_KTHREAD = 0x00200000
+
+
+def _environ(proc: Path) -> bytes:
+    """A process's environment, waiting out an ``execve`` in progress.
+
+    While a process is replacing its image the kernel shows its environment as empty, so a process
+    started a moment ago (``setsid sleep`` just forked) would be missed. Only kernel threads have no
+    environment at all; anything else that reads empty is read again for a few milliseconds.
+    """
+    environ = (proc / "environ").read_bytes()
+    if environ or _is_kernel_thread(proc):
+        return environ
+    for _ in range(50):
+        time.sleep(0.001)
+        environ = (proc / "environ").read_bytes()
+        if environ:
+            break
+    return environ
+
+
+def _is_kernel_thread(proc: Path) -> bool:
+    flags = (proc / "stat").read_text().rpartition(")")[2].split()[6]
+    return bool(int(flags) & _PF_KTHREAD)
 
 
 class Processes:

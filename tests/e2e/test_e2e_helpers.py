@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -68,9 +69,40 @@ def test_marked_processes_are_found_at_any_depth(e2e: ModuleType) -> None:
         assert {parent.pid, grandchild} <= found
         assert not set(e2e.marked_pids(marker + "x"))
     finally:
-        for pid in e2e.marked_pids(marker):
-            os.kill(pid, 9)
+        _kill_marked(e2e, marker)
         parent.wait(10)
+    _assert_none_left(e2e, marker)
+
+
+def test_a_process_caught_in_exec_is_still_found(e2e: ModuleType) -> None:
+    """A process read mid-``execve`` shows an empty environment; the stray sweep must not miss it.
+
+    The window is short, so the scan runs straight after each fork many times: before the fix about one
+    scan in seven missed the grandchild.
+    """
+    for _ in range(40):
+        marker = os.urandom(8).hex()
+        env = {**os.environ, e2e.RUN_MARKER: marker}
+        parent = subprocess.Popen(
+            ["bash", "-c", "setsid sleep 30 & echo $!; wait"], env=env, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert parent.stdout is not None
+            grandchild = int(parent.stdout.readline())
+            assert grandchild in e2e.marked_pids(marker)
+        finally:
+            _kill_marked(e2e, marker)
+            parent.wait(10)
+        _assert_none_left(e2e, marker)
+
+
+def _kill_marked(e2e: ModuleType, marker: str) -> None:
+    for pid in e2e.marked_pids(marker):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+
+
+def _assert_none_left(e2e: ModuleType, marker: str) -> None:
     # SIGKILL is delivered asynchronously: a busy machine may list the grandchild for a moment more.
     deadline = time.monotonic() + 10
     while e2e.marked_pids(marker) and time.monotonic() < deadline:
