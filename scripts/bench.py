@@ -488,6 +488,15 @@ class ExportSection:
                     abs(growth) <= 0.10,
                 )
             )
+            bench.checks.append(
+                limit_check(
+                    "export",
+                    f"{label}: provider peak RSS at {human_bytes(sizes.export_big)}",
+                    row.figures["peak_rss_mib"],
+                    512,
+                    "MiB",
+                )
+            )
 
 
 # ---------------------------------------------------------------------------------------- section 2
