@@ -202,14 +202,21 @@ def test_a_new_table_gets_its_unique_key_index_with_the_first_load(kind, tmp_pat
 
 
 def test_postgres_skips_its_sql_check_when_the_arrow_prescan_vouches(tmp_path, monkeypatch, request, capsys):
+    """Into an existing table (staged), a clean file skips the row-by-row SQL check."""
     from conftest import make_warehouse
 
     warehouse = make_warehouse("postgres", tmp_path, monkeypatch, request)
+    first = tactic_rows([dt.date(2026, 9, 30)], 2, version=1)
+    seed = tmp_path / "seed.csv"
+    seed.write_text("\n".join([",".join(TACTIC_COLUMNS), *(line(r) for r in first)]) + "\n", encoding="utf-8")
+    warehouse.operator(source=download_xcom(seed, "p0")).execute(context={})
+    capsys.readouterr()
+
     path = tmp_path / "clean.csv"
     path.write_text("\n".join([",".join(TACTIC_COLUMNS), *(line(r) for r in GOOD)]) + "\n", encoding="utf-8")
     out = warehouse.operator(source=download_xcom(path, "p1")).execute(context={})
     assert out["rows_loaded"] == len(GOOD) and out["rows_rejected"] == 0
-    assert warehouse.contents() == expected("TACTIC_PERFORMANCE", GOOD)
+    assert warehouse.contents() == expected("TACTIC_PERFORMANCE", [*first, *GOOD])
     assert f"Every one of the {len(GOOD)} records passed the column rules" in capsys.readouterr().out
 
     messy, _ = messy_file(tmp_path / "messy.csv")

@@ -14,6 +14,13 @@
    natural key the file holds, insert the staged rows and write the ledger row, and commit once. A
    reader sees the old table or the new one, never a mix, and a load killed anywhere before the
    commit leaves the table and the ledger as they were.
+
+Into a table that does not exist yet, a warehouse that can (``direct_new_table``) first tries one
+bulk pass straight from the file into the new table, under the lock and inside the transaction that
+creates it (:meth:`WarehouseLoader.load_direct`). It keeps that pass only when it proves every record
+sound, no key repeated and nothing rejected. Otherwise it rolls the whole attempt back, table
+included, and runs steps 3 to 5. The result, the ledger row and what a reader can see are the
+same either way; the staged flow is the one that sets bad rows aside with their line numbers.
 """
 
 from __future__ import annotations
@@ -157,6 +164,8 @@ class WarehouseLoader(ABC):
     #: Whether, into a new table, repeated keys are left for the unique index build to find (the
     #: driver must then recognise its error in ``is_unique_violation`` and support savepoints).
     defer_duplicate_check: ClassVar[bool] = False
+    #: Whether a table that does not exist yet is first tried in one pass (``load_direct``).
+    direct_new_table: ClassVar[bool] = False
 
     def __init__(self, hook: Any, log: logging.Logger | None = None) -> None:
         self.hook = hook
@@ -183,6 +192,18 @@ class WarehouseLoader(ABC):
     @abstractmethod
     def stage(self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str) -> dict[int, str]:
         """Create and fill ``STAGE_TABLE`` with a ``_reason`` column; return structural rejects."""
+
+    def load_direct(
+        self, cur: Any, request: LoadRequest, plan: ColumnPlan, loaded_at: dt.datetime
+    ) -> int | None:
+        """Fill the new, empty target straight from the file; the rows loaded, or ``None`` to fall back.
+
+        Why: staging writes every row twice (stage, then table), which for a first load or a
+        backfill is most of the time. Called under the lock, in the transaction that has just
+        created the table; ``None`` (the file has a record to reject, a key it repeats, or cannot
+        be read in one pass) makes the caller roll all of it back and run the staged flow.
+        """
+        return None
 
     @abstractmethod
     def record_numbers(self, ids: Sequence[int]) -> list[int]:
@@ -246,6 +267,11 @@ class WarehouseLoader(ABC):
             return
         existing = self.table_columns(conn, cur, request.table)
         plan = plan_columns(request, header, existing)
+        if self.direct_new_table and not plan.table_exists:
+            if self._run_direct(conn, cur, request, plan, result):
+                return
+            existing = self.table_columns(conn, cur, request.table)
+            plan = plan_columns(request, header, existing)
 
         t0 = time.monotonic()
         reason_sql = self.reason_sql(plan, request.key_columns) if self.validates_in_sql else ""
@@ -298,6 +324,54 @@ class WarehouseLoader(ABC):
                 self._replace(cur, request, plan, loaded_at, result)
         else:
             self._replace(cur, request, plan, loaded_at, result)
+        self._write_ledger(conn, cur, request, result, loaded_at)
+        conn.commit()
+
+    def _run_direct(
+        self, conn: Any, cur: Any, request: LoadRequest, plan: ColumnPlan, result: LoadResult
+    ) -> bool:
+        """The one-pass load into a new table; ``False`` when it was undone and the staged flow must run."""
+        self.begin_replace(cur)
+        self.lock(cur, request.table)
+        if not request.force and self._already_loaded(conn, cur, request):
+            self._rollback(conn)
+            result.skipped = True
+            return True
+        if self.table_columns(conn, cur, request.table) is not None:
+            self.log.info("%s was created by another load meanwhile; staging the file", request.table)
+            self._restart(conn, cur)
+            return False
+        self._prepare_target(cur, request, plan)
+        loaded_at = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+        started = time.monotonic()
+        rows = self.load_direct(cur, request, plan, loaded_at)
+        if rows is None:
+            self._restart(conn, cur)
+            return False
+        seconds = max(time.monotonic() - started, 1e-6)
+        self.log.info(
+            "Loaded %s (%.1f MB) straight into the new table %s in %.1f s (%.1f MB/s): every record "
+            "passed the column rules and no key repeats",
+            request.path.name,
+            request.size / _MB,
+            request.table,
+            seconds,
+            request.size / _MB / seconds,
+        )
+        result.rows_loaded = rows
+        self._report_rejects(request, len(plan.header), {}, rows, result)
+        self._write_ledger(conn, cur, request, result, loaded_at)
+        conn.commit()
+        return True
+
+    def _restart(self, conn: Any, cur: Any) -> None:
+        """Undo everything of the transaction and open a fresh one for the staged flow."""
+        self._rollback(conn)
+        self.begin(cur)
+
+    def _write_ledger(
+        self, conn: Any, cur: Any, request: LoadRequest, result: LoadResult, loaded_at: dt.datetime
+    ) -> None:
         entry = ledger.LedgerEntry(
             target_table=str(request.table),
             execution_id=request.execution_id,
@@ -314,7 +388,6 @@ class WarehouseLoader(ABC):
         cur.execute(
             ledger.insert_sql(request.ledger, self.placeholder), [self.adapt(conn, v) for v in entry.values()]
         )
-        conn.commit()
 
     # ---- steps ---------------------------------------------------------------------------------
 

@@ -16,9 +16,17 @@ through Python's ``csv`` module and
 Arrow batches: the scanner the other paths use then decides structure and record numbers, so line
 numbers in the rejects file are exact. Exports are machine-written, so the fast path is the norm.
 
+Into a table that does not exist yet, one ``INSERT ... SELECT ... FROM read_csv`` first types the
+values straight into the new table while the same rules are evaluated on the text: the first row
+they reject stops it with ``error()``, as does a record DuckDB cannot split, and a ``GROUP BY`` then
+looks for a repeated key. Any of those rolls it back and the file is staged as above. A clean file,
+the usual first load or backfill, is so written once instead of twice.
+
 Bounded memory: unless the connection sets them, ``memory_limit`` (default 1GB) and ``threads`` are
-set on the connection, and DuckDB spills to its temp directory past the limit. Insertion order is
-kept (DuckDB's default) because the stage's ``rowid`` is how a rejected row is traced to its line.
+set on the connection, and DuckDB spills to its temp directory past the limit. Staging keeps
+insertion order (DuckDB's default) because the stage's ``rowid`` is how a rejected row is traced to
+its line; the one-pass load into a new table needs no row numbers and drops it, which lets the
+readers' threads write as they go instead of buffering to restore the file's order.
 
 Concurrency: a DuckDB file has one writing process at a time (the file lock), and inside it the
 replace step is one transaction; two loads in one process conflict and the later commit fails
@@ -27,6 +35,7 @@ rather than interleaving.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -35,11 +44,13 @@ import duckdb
 
 from abm_provider.warehouse.base import STAGE_TABLE, ColumnPlan, LoadRequest, WarehouseLoader
 from abm_provider.warehouse.records import iter_records
-from abm_provider.warehouse.schema import Kind, TableName, quote
+from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, Kind, TableName, quote
 
 _REJECTS_TABLE = "_abm_reject_errors"
 _REJECTS_SCAN = "_abm_reject_scans"
 _BATCH_ROWS = 50_000
+#: The message of the ``error()`` that stops the one-pass load at a row the rules reject.
+_UNSOUND = "abm: a record breaks a column rule"
 
 
 class DuckDBLoader(WarehouseLoader):
@@ -48,6 +59,7 @@ class DuckDBLoader(WarehouseLoader):
     # An ART index makes DuckDB bulk inserts slow and memory-hungry; the delete-then-insert under one
     # transaction and the duplicate rejection already keep one row per key.
     unique_key_index: ClassVar[bool] = False
+    direct_new_table: ClassVar[bool] = True
 
     def __init__(self, hook: Any, *, memory_limit: str | None = "1GB", threads: int | None = None, **kw: Any):
         super().__init__(hook, **kw)
@@ -60,7 +72,6 @@ class DuckDBLoader(WarehouseLoader):
             conn.execute(f"SET memory_limit = '{_setting(self.memory_limit)}'")
         if getattr(self.hook, "threads", None) is None and self.threads:
             conn.execute(f"SET threads = {int(self.threads)}")
-        conn.execute("SET preserve_insertion_order = true")
         return conn
 
     def cursor(self, conn: Any) -> Any:
@@ -90,7 +101,39 @@ class DuckDBLoader(WarehouseLoader):
             check += f" AND TRY_CAST({column} AS DATE) IS NOT NULL"
         return check
 
+    def load_direct(
+        self, cur: Any, request: LoadRequest, plan: ColumnPlan, loaded_at: dt.datetime
+    ) -> int | None:
+        awkward = _awkward_bytes(request.path)
+        if awkward:
+            return None  # staging says why, and takes the Python path
+        rules = self.reason_sql(plan, request.key_columns)
+        names = ", ".join(quote(n) for n in plan.header)
+        cur.execute("SET preserve_insertion_order = false")
+        try:
+            cur.execute(
+                f"INSERT INTO {request.table.sql} "
+                f"({names}, {quote(EXECUTION_ID_COLUMN)}, {quote(LOADED_AT_COLUMN)}) "
+                f"SELECT {_typed_columns(plan)}, "
+                f"CASE WHEN ({rules}) IS NULL THEN CAST(? AS TEXT) ELSE error('{_UNSOUND}') END, "
+                f"CAST(? AS TIMESTAMP) FROM {_read_csv(plan, store_rejects=False)}",
+                [request.execution_id, loaded_at, str(request.path)],
+            )
+            rows = int(cur.fetchone()[0])
+        except (duckdb.InvalidInputException, duckdb.ConversionException) as exc:
+            first = str(exc).splitlines()[0]
+            why = "a record breaks a column rule" if _UNSOUND in first else first
+            self.log.info("%s cannot be loaded in one pass (%s); staging it", request.path.name, why)
+            return None
+        key_sql = ", ".join(quote(k) for k in request.key_columns)
+        cur.execute(f"SELECT 1 FROM {request.table.sql} GROUP BY {key_sql} HAVING COUNT(*) > 1 LIMIT 1")
+        if cur.fetchone() is not None:
+            self.log.info("%s repeats a natural key; staging it to set rows aside", request.path.name)
+            return None
+        return rows
+
     def stage(self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str) -> dict[int, str]:
+        cur.execute("SET preserve_insertion_order = true")
         cur.execute(f"DROP TABLE IF EXISTS {STAGE_TABLE}")
         awkward = _awkward_bytes(request.path)
         if awkward:
@@ -101,15 +144,10 @@ class DuckDBLoader(WarehouseLoader):
                 awkward,
             )
             return self._stage_checked(cur, request, plan, reason_sql)
-        columns = ", ".join(f"'{name}': 'VARCHAR'" for name in plan.header)
         try:
             cur.execute(
                 f"CREATE TEMP TABLE {STAGE_TABLE} AS SELECT {_typed_columns(plan)}, {reason_sql} AS _reason "
-                "FROM read_csv(?, "
-                f"header = true, auto_detect = false, delim = ',', quote = '\"', escape = '\"', "
-                f"columns = {{{columns}}}, allow_quoted_nulls = false, strict_mode = true, "
-                f"store_rejects = true, rejects_table = '{_REJECTS_TABLE}', "
-                f"rejects_scan = '{_REJECTS_SCAN}')",
+                f"FROM {_read_csv(plan, store_rejects=True)}",
                 [str(request.path)],
             )
         except duckdb.InvalidInputException as exc:
@@ -181,6 +219,24 @@ class DuckDBLoader(WarehouseLoader):
     def typed(self, column: str, kind: Kind) -> str:
         # The stage already holds typed values (see _typed_columns).
         return column
+
+
+def _read_csv(plan: ColumnPlan, *, store_rejects: bool) -> str:
+    """``read_csv`` of the file (the one parameter) with the header's columns as VARCHAR, nothing sniffed.
+
+    With ``store_rejects`` a record DuckDB cannot split is set aside in ``_REJECTS_TABLE`` and the read
+    goes on; without it, strict mode makes the statement fail on it.
+    """
+    columns = ", ".join(f"'{name}': 'VARCHAR'" for name in plan.header)
+    rejects = (
+        f", store_rejects = true, rejects_table = '{_REJECTS_TABLE}', rejects_scan = '{_REJECTS_SCAN}'"
+        if store_rejects
+        else ""
+    )
+    return (
+        "read_csv(?, header = true, auto_detect = false, delim = ',', quote = '\"', escape = '\"', "
+        f"columns = {{{columns}}}, allow_quoted_nulls = false, strict_mode = true{rejects})"
+    )
 
 
 def _typed_columns(plan: ColumnPlan) -> str:

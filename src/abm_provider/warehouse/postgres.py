@@ -8,6 +8,14 @@ few bad rows. While ``COPY`` runs, a thread applies the same rules to the file w
 (:mod:`abm_provider.warehouse.prescan`); when it vouches for every record the ``UPDATE`` is skipped.
 The file is sent in 1 MiB chunks, never read whole, so memory stays flat.
 
+Into a table that does not exist yet, the file is first copied straight into the new, typed table
+(``COPY ... FREEZE``: the table is new in this transaction, so its rows are written already frozen and
+no later vacuum rewrites them) while the same Arrow pass checks it, and building the table's unique
+index then finds any repeated key. When the pass vouches for every record, the index builds and the
+copy counted the same records, the rows are in after one write. Otherwise (a value the rules
+reject, or one the typed ``COPY`` refuses, or a repeated key) the transaction is rolled back, the new
+table with it, and the file is staged as above.
+
 A file ``COPY`` cannot split at all (wrong field count, broken quote, bytes that are not UTF-8)
 fails the ``COPY``; the load then rolls back to a savepoint and streams the file again through
 Python's ``csv`` module, which sets such records aside as rejects and feeds the rest to ``COPY``
@@ -23,6 +31,7 @@ with SQLAlchemy 2) and psycopg2.
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import threading
 import time
@@ -33,7 +42,7 @@ from typing import IO, Any
 from abm_provider.warehouse.base import STAGE_TABLE, ColumnPlan, LoadRequest, WarehouseLoader
 from abm_provider.warehouse.prescan import vouch_all
 from abm_provider.warehouse.records import iter_records
-from abm_provider.warehouse.schema import Kind, TableName, quote
+from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, Kind, TableName, quote
 
 CHUNK = 1024 * 1024
 _PROGRESS_EVERY = 256 * 1024 * 1024
@@ -51,6 +60,7 @@ class PostgresLoader(WarehouseLoader):
     # The GROUP BY that looks for repeated keys costs a 200 MB load 1.6 s; building the new table's
     # unique index (which it needs anyway) finds them for free.
     defer_duplicate_check = True
+    direct_new_table = True
 
     def is_unique_violation(self, exc: BaseException) -> bool:
         return _sqlstate(exc) == "23505"
@@ -101,6 +111,61 @@ class PostgresLoader(WarehouseLoader):
 
     def record_numbers(self, ids: Sequence[int]) -> list[int]:
         return list(ids)
+
+    def load_direct(
+        self, cur: Any, request: LoadRequest, plan: ColumnPlan, loaded_at: dt.datetime
+    ) -> int | None:
+        target = request.table.sql
+        # The lineage values become the new table's column defaults for the COPY (quoted by the
+        # server), so every row gets them without a second write; the defaults go again after.
+        cur.execute(
+            "SELECT COALESCE(quote_literal(CAST(%s AS TEXT)), 'NULL'), quote_literal(CAST(%s AS TIMESTAMP))",
+            [request.execution_id, loaded_at],
+        )
+        execution, at = cur.fetchone()
+        cur.execute(
+            f"ALTER TABLE {target} ALTER COLUMN {quote(EXECUTION_ID_COLUMN)} SET DEFAULT {execution}, "
+            f"ALTER COLUMN {quote(LOADED_AT_COLUMN)} SET DEFAULT CAST({at} AS TIMESTAMP)"
+        )
+        names = ", ".join(quote(n) for n in plan.header)
+        stop = threading.Event()
+        with ThreadPoolExecutor(1, thread_name_prefix="abm-prescan") as pool:
+            prescan = pool.submit(
+                vouch_all, request.path, plan.header, dict(plan.kinds), request.key_columns, stop
+            )
+            try:
+                with request.path.open("rb") as handle:
+                    copied = self._copy(
+                        cur,
+                        f"COPY {target} ({names}) FROM STDIN WITH (FORMAT csv, HEADER true, FREEZE true)",
+                        _chunks(handle, request.size, self.log),
+                    )
+            except Exception as exc:
+                stop.set()
+                if not _is_data_error(exc):
+                    raise
+                self.log.info(
+                    "The typed COPY refused %s (%s); staging it",
+                    request.path.name,
+                    str(exc).splitlines()[0],
+                )
+                return None
+            vouched = prescan.result()
+        if vouched is None or vouched != copied:
+            self.log.info("%s has records the column rules may reject; staging it", request.path.name)
+            return None
+        try:
+            self._create_key_index(cur, request)
+        except Exception as exc:
+            if not self.is_unique_violation(exc):
+                raise
+            self.log.info("%s repeats a natural key; staging it to set rows aside", request.path.name)
+            return None
+        cur.execute(
+            f"ALTER TABLE {target} ALTER COLUMN {quote(EXECUTION_ID_COLUMN)} DROP DEFAULT, "
+            f"ALTER COLUMN {quote(LOADED_AT_COLUMN)} DROP DEFAULT"
+        )
+        return copied
 
     def stage(self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str) -> dict[int, str]:
         columns = ", ".join(f"{quote(n)} TEXT" for n in plan.header)
