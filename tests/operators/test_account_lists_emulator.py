@@ -421,3 +421,41 @@ def test_a_failed_request_stops_the_sync_with_the_error(abm, tmp_path):
 def test_max_in_flight_is_checked_when_the_dag_is_parsed():
     with pytest.raises(ValueError, match="max_in_flight must be between 1 and 8, got 0"):
         AddAccountsToListOperator(task_id="add", list_id="l-1", accounts=[], max_in_flight=0)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_accounts_stream_with_fewer_collector_passes_and_thresholds_come_back(abm, tmp_path, fail):
+    """While rows stream the young threshold is raised (``_collector``); after, it is as before."""
+    import gc
+
+    from abm_provider._collector import STREAMING_THRESHOLD
+
+    list_id = _make_list(abm, tmp_path)
+    if fail:
+        path = f"/accountLists/v2/accountLists/{list_id}/accounts/add"
+        abm.inject_fault(method="POST", path=path, kind="status", status=401)
+    seen: list[tuple[int, int, int]] = []
+
+    def accounts() -> Any:
+        for i in range(1, 2_001):
+            if i % 50 == 0:
+                seen.append(gc.get_threshold())
+            yield {"id": f"001{i:012d}"}
+
+    before = gc.get_threshold()
+    operator = AddAccountsToListOperator(
+        task_id="add",
+        list_id=list_id,
+        accounts=accounts(),
+        default_crm_org_id=ORG,
+        batch_size=100,
+        max_attempts=1,
+        rejects_base=str(tmp_path / "state"),
+    )
+    if fail:
+        with pytest.raises(Exception, match="401"):
+            operator.execute(_context(tmp_path))
+    else:
+        assert operator.execute(_context(tmp_path))["sent"] == 2_000
+    assert seen and all(t[0] >= STREAMING_THRESHOLD for t in seen)
+    assert gc.get_threshold() == before

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from airflow.sdk import BaseOperator, ObjectStoragePath
 from airflow.sdk.exceptions import AirflowFailException
 
+from abm_provider._collector import fewer_collections
 from abm_provider.accounts import (
     API_FIELDS,
     DEFAULT_CRM_TYPE,
@@ -714,7 +715,8 @@ class _ListMembershipOperator(_AbmOperatorMixin, BaseOperator):
                             f"set column_map, e.g. column_map={{'id': '<your id column>'}}"
                         )
                 batches = iter_batches(counted(opened.rows), validator, self.batch_size, on_invalid)
-                self._send_all(batches, totals, rejects, progress)
+                with fewer_collections():
+                    self._send_all(batches, totals, rejects, progress)
 
         progress.log_now(totals)
         rejects_path = str(target) if rejects.written else None
