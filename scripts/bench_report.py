@@ -87,9 +87,24 @@ def machine_info(pg_dsn: str) -> dict[str, str]:
 
 
 def _commit() -> str:
-    """HEAD, marked when the working tree differs from it (the figures are then of uncommitted code)."""
+    """HEAD, marked when the working tree differs from it (the figures are then of uncommitted code).
+
+    Earlier results in ``benchmarks/results`` do not count: every run rewrites them.
+    """
     head = _command(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]) or "unknown"
-    dirty = _command(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
+    dirty = _command(
+        [
+            "git",
+            "-C",
+            str(ROOT),
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            ".",
+            ":!benchmarks/results",
+        ]
+    )
     return f"{head} (with uncommitted changes)" if dirty and dirty != "unknown" else head
 
 
