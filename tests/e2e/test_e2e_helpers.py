@@ -58,13 +58,8 @@ def test_the_hostname_callable_names_each_worker(monkeypatch: pytest.MonkeyPatch
 def test_marked_processes_are_found_at_any_depth(e2e: ModuleType) -> None:
     """A grandchild that left the process group is still found through the marker in its environment."""
     marker = os.urandom(8).hex()
-    env = {**os.environ, e2e.RUN_MARKER: marker}
-    parent = subprocess.Popen(
-        ["bash", "-c", "setsid sleep 30 & echo $!; wait"], env=env, stdout=subprocess.PIPE, text=True
-    )
+    parent, grandchild = _spawn_escaped_grandchild(e2e, marker)
     try:
-        assert parent.stdout is not None
-        grandchild = int(parent.stdout.readline())
         found = set(e2e.marked_pids(marker))
         assert {parent.pid, grandchild} <= found
         assert not set(e2e.marked_pids(marker + "x"))
@@ -82,18 +77,23 @@ def test_a_process_caught_in_exec_is_still_found(e2e: ModuleType) -> None:
     """
     for _ in range(40):
         marker = os.urandom(8).hex()
-        env = {**os.environ, e2e.RUN_MARKER: marker}
-        parent = subprocess.Popen(
-            ["bash", "-c", "setsid sleep 30 & echo $!; wait"], env=env, stdout=subprocess.PIPE, text=True
-        )
+        parent, grandchild = _spawn_escaped_grandchild(e2e, marker)
         try:
-            assert parent.stdout is not None
-            grandchild = int(parent.stdout.readline())
             assert grandchild in e2e.marked_pids(marker)
         finally:
             _kill_marked(e2e, marker)
             parent.wait(10)
         _assert_none_left(e2e, marker)
+
+
+def _spawn_escaped_grandchild(e2e: ModuleType, marker: str) -> tuple[subprocess.Popen[str], int]:
+    """A shell carrying ``marker`` whose child left its process group (``setsid``); (shell, child pid)."""
+    env = {**os.environ, e2e.RUN_MARKER: marker}
+    parent = subprocess.Popen(
+        ["bash", "-c", "setsid sleep 30 & echo $!; wait"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    assert parent.stdout is not None
+    return parent, int(parent.stdout.readline())
 
 
 def _kill_marked(e2e: ModuleType, marker: str) -> None:

@@ -128,29 +128,20 @@ class PostgresLoader(WarehouseLoader):
             f"ALTER COLUMN {quote(LOADED_AT_COLUMN)} SET DEFAULT CAST({at} AS TIMESTAMP)"
         )
         names = ", ".join(quote(n) for n in plan.header)
-        stop = threading.Event()
-        with ThreadPoolExecutor(1, thread_name_prefix="abm-prescan") as pool:
-            prescan = pool.submit(
-                vouch_all, request.path, plan.header, dict(plan.kinds), request.key_columns, stop
+        try:
+            copied, vouched = self._copy_prescanned(
+                cur,
+                request,
+                plan,
+                f"COPY {target} ({names}) FROM STDIN WITH (FORMAT csv, HEADER true, FREEZE true)",
             )
-            try:
-                with request.path.open("rb") as handle:
-                    copied = self._copy(
-                        cur,
-                        f"COPY {target} ({names}) FROM STDIN WITH (FORMAT csv, HEADER true, FREEZE true)",
-                        _chunks(handle, request.size, self.log),
-                    )
-            except Exception as exc:
-                stop.set()
-                if not _is_data_error(exc):
-                    raise
-                self.log.info(
-                    "The typed COPY refused %s (%s); staging it",
-                    request.path.name,
-                    str(exc).splitlines()[0],
-                )
-                return None
-            vouched = prescan.result()
+        except Exception as exc:
+            if not _is_data_error(exc):
+                raise
+            self.log.info(
+                "The typed COPY refused %s (%s); staging it", request.path.name, str(exc).splitlines()[0]
+            )
+            return None
         if vouched is None or vouched != copied:
             self.log.info("%s has records the column rules may reject; staging it", request.path.name)
             return None
@@ -177,31 +168,21 @@ class PostgresLoader(WarehouseLoader):
         )
         cur.execute("SAVEPOINT abm_copy")
         structural: dict[int, str] = {}
-        stop = threading.Event()
-        with ThreadPoolExecutor(1, thread_name_prefix="abm-prescan") as pool:
-            prescan = pool.submit(
-                vouch_all, request.path, plan.header, dict(plan.kinds), request.key_columns, stop
+        try:
+            copied, vouched = self._copy_prescanned(
+                cur, request, plan, f"COPY {STAGE_TABLE} ({names}) FROM STDIN WITH (FORMAT csv, HEADER true)"
             )
-            try:
-                with request.path.open("rb") as handle:
-                    copied = self._copy(
-                        cur,
-                        f"COPY {STAGE_TABLE} ({names}) FROM STDIN WITH (FORMAT csv, HEADER true)",
-                        _chunks(handle, request.size, self.log),
-                    )
-            except BaseException as exc:
-                stop.set()
-                if not isinstance(exc, Exception) or not _is_data_error(exc):
-                    raise
-                self.log.warning(
-                    "COPY refused %s (%s); streaming it again through Python to set malformed records aside",
-                    request.path.name,
-                    str(exc).splitlines()[0],
-                )
-                cur.execute("ROLLBACK TO SAVEPOINT abm_copy")
-                structural = self._copy_checked(cur, request, plan, names)
-                copied = -1
-            vouched = prescan.result()
+        except Exception as exc:
+            if not _is_data_error(exc):
+                raise
+            self.log.warning(
+                "COPY refused %s (%s); streaming it again through Python to set malformed records aside",
+                request.path.name,
+                str(exc).splitlines()[0],
+            )
+            cur.execute("ROLLBACK TO SAVEPOINT abm_copy")
+            structural = self._copy_checked(cur, request, plan, names)
+            copied, vouched = -1, None
         cur.execute("RELEASE SAVEPOINT abm_copy")
         self._all_sound = vouched is not None and vouched == copied
         if self._all_sound:
@@ -221,6 +202,27 @@ class PostgresLoader(WarehouseLoader):
 
     def _value_rejects(self, cur: Any) -> dict[int, str]:
         return {} if self._all_sound else super()._value_rejects(cur)
+
+    def _copy_prescanned(
+        self, cur: Any, request: LoadRequest, plan: ColumnPlan, sql: str
+    ) -> tuple[int, int | None]:
+        """``COPY`` the file with ``sql`` while the Arrow pre-scan reads it beside; (copied, vouched).
+
+        ``vouched`` is the pre-scan's record count, or ``None`` when it doubts a record. When the
+        ``COPY`` fails the pre-scan is stopped and waited for, and the error raised.
+        """
+        stop = threading.Event()
+        with ThreadPoolExecutor(1, thread_name_prefix="abm-prescan") as pool:
+            prescan = pool.submit(
+                vouch_all, request.path, plan.header, dict(plan.kinds), request.key_columns, stop
+            )
+            try:
+                with request.path.open("rb") as handle:
+                    copied = self._copy(cur, sql, _chunks(handle, request.size, self.log))
+            except BaseException:
+                stop.set()
+                raise
+            return copied, prescan.result()
 
     def _copy_checked(self, cur: Any, request: LoadRequest, plan: ColumnPlan, names: str) -> dict[int, str]:
         structural: dict[int, str] = {}
