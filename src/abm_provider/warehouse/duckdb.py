@@ -65,6 +65,8 @@ class DuckDBLoader(WarehouseLoader):
         super().__init__(hook, **kw)
         self.memory_limit = memory_limit
         self.threads = threads
+        # The byte scan of the last file, so a one-pass attempt that steps back does not read it again.
+        self._scanned: tuple[tuple[Path, int, int], str | None] | None = None
 
     def connect(self) -> Any:
         conn = self.hook.get_conn()
@@ -101,11 +103,18 @@ class DuckDBLoader(WarehouseLoader):
             check += f" AND TRY_CAST({column} AS DATE) IS NOT NULL"
         return check
 
+    def _awkward_bytes(self, path: Path) -> str | None:
+        """:func:`_awkward_bytes` of ``path``, scanned once per file version (size, mtime)."""
+        info = path.stat()
+        key = (path, info.st_size, info.st_mtime_ns)
+        if self._scanned is None or self._scanned[0] != key:
+            self._scanned = (key, _awkward_bytes(path))
+        return self._scanned[1]
+
     def load_direct(
         self, cur: Any, request: LoadRequest, plan: ColumnPlan, loaded_at: dt.datetime
     ) -> int | None:
-        awkward = _awkward_bytes(request.path)
-        if awkward:
+        if self._awkward_bytes(request.path):
             return None  # staging says why, and takes the Python path
         rules = self.reason_sql(plan, request.key_columns)
         names = ", ".join(quote(n) for n in plan.header)
@@ -135,7 +144,7 @@ class DuckDBLoader(WarehouseLoader):
     def stage(self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str) -> dict[int, str]:
         cur.execute("SET preserve_insertion_order = true")
         cur.execute(f"DROP TABLE IF EXISTS {STAGE_TABLE}")
-        awkward = _awkward_bytes(request.path)
+        awkward = self._awkward_bytes(request.path)
         if awkward:
             self.log.warning(
                 "%s contains %s, which DuckDB's reader does not treat as the other warehouses do; it is "
