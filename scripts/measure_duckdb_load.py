@@ -23,12 +23,13 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
 from abm_emulator.csvgen import write_export
 from abm_provider.warehouse.base import ColumnPlan
-from abm_provider.warehouse.duckdb import DuckDBLoader, _read_csv, _typed_columns
+from abm_provider.warehouse.duckdb import DuckDBLoader, direct_insert_sql
 from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, export_schema, quote
 
 EXPORT_TYPE = "TACTIC_PERFORMANCE"
@@ -45,24 +46,22 @@ def _parse() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def _statements(plan: ColumnPlan, keys: tuple[str, ...]) -> dict[str, list[str]]:
+Statement = tuple[str, list[Any]]
+
+
+def _statements(plan: ColumnPlan, keys: tuple[str, ...], csv: Path) -> dict[str, list[Statement]]:
     rules = DuckDBLoader(hook=None).reason_sql(plan, keys)
-    names = ", ".join(quote(n) for n in plan.header)
-    target = f"t ({names}, {quote(EXECUTION_ID_COLUMN)}, {quote(LOADED_AT_COLUMN)})"
-    source = _read_csv(plan, store_rejects=False)
-    typed = f"INSERT INTO {target} SELECT {_typed_columns(plan)}, 'x', now() FROM {source}"
-    checked = (
-        f"INSERT INTO {target} SELECT {_typed_columns(plan)}, "
-        f"CASE WHEN ({rules}) IS NULL THEN 'x' ELSE error('rule') END, now() FROM {source}"
-    )
+    lineage: list[Any] = ["measure", datetime.now(timezone.utc).replace(tzinfo=None), str(csv)]
+    typed = (direct_insert_sql("t", plan, "CAST(NULL AS TEXT)"), lineage)  # no rule can stop it
+    checked = (direct_insert_sql("t", plan, rules), lineage)
     key_sql = ", ".join(quote(k) for k in keys)
     return {
-        "ceiling": ["CREATE TABLE c AS SELECT * FROM read_csv(?, header = true)"],
+        "ceiling": [("CREATE TABLE c AS SELECT * FROM read_csv(?, header = true)", [str(csv)])],
         "typed": [typed],
         "typed + rules": [checked],
         "typed + rules + key check": [
             checked,
-            f"SELECT 1 FROM t GROUP BY {key_sql} HAVING COUNT(*) > 1 LIMIT 1",
+            (f"SELECT 1 FROM t GROUP BY {key_sql} HAVING COUNT(*) > 1 LIMIT 1", []),
         ],
     }
 
@@ -74,7 +73,7 @@ def _create_table(plan: ColumnPlan) -> str:
 
 
 def _timed(
-    db: Path, memory_limit: str, setup: str, statements: list[str], csv: Path, *, ordered: bool
+    db: Path, memory_limit: str, setup: str, statements: list[Statement], *, ordered: bool
 ) -> list[float]:
     db.unlink(missing_ok=True)
     seconds: list[float] = []
@@ -83,9 +82,9 @@ def _timed(
         if not ordered:
             con.execute("SET preserve_insertion_order = false")  # as the loader's one-pass insert
         con.execute(setup)
-        for sql in statements:
+        for sql, parameters in statements:
             started = time.perf_counter()
-            con.execute(sql, [str(csv)] if "?" in sql else []).fetchall()
+            con.execute(sql, parameters).fetchall()
             seconds.append(time.perf_counter() - started)
     db.unlink(missing_ok=True)
     return seconds
@@ -111,13 +110,13 @@ def main() -> int:
             print(f"rendered {csv.stat().st_size / 1e6:.0f} MB in {time.perf_counter() - started:.1f} s")
         size = csv.stat().st_size
         db = Path(work) / "measure.duckdb"
-        variants = _statements(plan, schema.natural_key)
+        variants = _statements(plan, schema.natural_key, csv)
         results: dict[str, list[list[float]]] = {name: [] for name in variants}
         for number in range(1, args.repeat + 1):
             for name, statements in variants.items():
                 setup = "SELECT 1" if name == "ceiling" else _create_table(plan)
                 ordered = name == "ceiling"  # DuckDB's defaults, as make bench's ceiling
-                results[name].append(_timed(db, args.memory_limit, setup, statements, csv, ordered=ordered))
+                results[name].append(_timed(db, args.memory_limit, setup, statements, ordered=ordered))
                 print(f"run {number}: {name:<26} {' + '.join(f'{s:.2f}' for s in results[name][-1])} s")
         print(f"\nmedians of {args.repeat}, {size / 1e6:.0f} MB, memory_limit {args.memory_limit}:")
         for name, runs in results.items():

@@ -117,15 +117,10 @@ class DuckDBLoader(WarehouseLoader):
         if self._awkward_bytes(request.path):
             return None  # staging says why, and takes the Python path
         rules = self.reason_sql(plan, request.key_columns)
-        names = ", ".join(quote(n) for n in plan.header)
         cur.execute("SET preserve_insertion_order = false")
         try:
             cur.execute(
-                f"INSERT INTO {request.table.sql} "
-                f"({names}, {quote(EXECUTION_ID_COLUMN)}, {quote(LOADED_AT_COLUMN)}) "
-                f"SELECT {_typed_columns(plan)}, "
-                f"CASE WHEN ({rules}) IS NULL THEN CAST(? AS TEXT) ELSE error('{_UNSOUND}') END, "
-                f"CAST(? AS TIMESTAMP) FROM {_read_csv(plan, store_rejects=False)}",
+                direct_insert_sql(request.table.sql, plan, rules),
                 [request.execution_id, loaded_at, str(request.path)],
             )
             rows = int(cur.fetchone()[0])
@@ -228,6 +223,20 @@ class DuckDBLoader(WarehouseLoader):
     def typed(self, column: str, kind: Kind) -> str:
         # The stage already holds typed values (see _typed_columns).
         return column
+
+
+def direct_insert_sql(target: str, plan: ColumnPlan, rules: str) -> str:
+    """The one-pass ``INSERT`` into ``target``: parameters execution id, loaded-at time, file path.
+
+    ``rules`` is the reason CASE (NULL for a sound row); a row it names stops the statement.
+    """
+    names = ", ".join(quote(n) for n in plan.header)
+    return (
+        f"INSERT INTO {target} ({names}, {quote(EXECUTION_ID_COLUMN)}, {quote(LOADED_AT_COLUMN)}) "
+        f"SELECT {_typed_columns(plan)}, "
+        f"CASE WHEN ({rules}) IS NULL THEN CAST(? AS TEXT) ELSE error('{_UNSOUND}') END, "
+        f"CAST(? AS TIMESTAMP) FROM {_read_csv(plan, store_rejects=False)}"
+    )
 
 
 def _read_csv(plan: ColumnPlan, *, store_rejects: bool) -> str:
