@@ -369,7 +369,6 @@ PROVIDER_MODULES = (
 )
 # What the provider imports from outside itself; measured so "beyond Airflow" can also exclude them.
 PROVIDER_DEPENDENCIES = (
-    "airflow.providers.http.hooks.http",
     "airflow.triggers.base",
     "requests",
     "aiohttp",

@@ -21,29 +21,12 @@ _UI_FIELD_BEHAVIOUR: dict[str, Any] = {
     "placeholders": {
         "host": "https://api.terminusplatform.com",
         "password": "API key (sent as Authorization: Bearer <key>)",
-        "extra": '{"max_attempts": 5, "max_wait": 60, "timeout": 60, "verify": true, "auth_type": "bearer"}',
+        "extra": '{"max_attempts": 5, "retry_max_wait": 60, "request_timeout": 60, "verify": true}',
     },
 }
 
-#: Extra fields of an ``abm`` connection; the hook reads them from the connection extra.
+#: Extra fields of an ``abm`` connection besides the request settings (``connection.Limits``).
 _CONN_FIELDS: dict[str, Any] = {
-    "max_attempts": {
-        "label": "Max attempts",
-        "description": "Requests per call on 429/423/5xx/connection errors (default 5).",
-        "schema": {"type": ["integer", "null"], "minimum": 1},
-    },
-    "max_wait": {
-        "label": "Max wait (s)",
-        "description": (
-            "Longest single back-off wait in seconds (default 60); a longer Retry-After fails the call."
-        ),
-        "schema": {"type": ["number", "null"], "minimum": 0},
-    },
-    "timeout": {
-        "label": "Request timeout (s)",
-        "description": "Connect/read timeout per request in seconds (default 60).",
-        "schema": {"type": ["number", "null"], "minimum": 0},
-    },
     "verify": {
         "label": "TLS verification",
         "description": "true (default), false, or the path of a CA bundle file.",
@@ -55,6 +38,12 @@ _CONN_FIELDS: dict[str, Any] = {
         "schema": {"type": ["string", "null"], "enum": ["bearer", "basic", None]},
     },
 }
+
+
+def _conn_fields() -> dict[str, Any]:
+    from abm_provider.connection import conn_fields
+
+    return {**_CONN_FIELDS, **conn_fields()}
 
 
 def ui_field_behaviour() -> dict[str, Any]:
@@ -99,7 +88,7 @@ def get_provider_info() -> dict[str, Any]:
                 "hook-name": "ABM (Account Lists and Exports API)",
                 "connection-type": "abm",
                 "ui-field-behaviour": _UI_FIELD_BEHAVIOUR,
-                "conn-fields": _CONN_FIELDS,
+                "conn-fields": _conn_fields(),
             }
         ],
     }

@@ -3,8 +3,6 @@
 The hook streams bytes and resumes dropped connections; this module decides where those bytes go so
 that a reader of the destination only ever sees a whole, checked file:
 
-- :func:`check_download_uri` refuses links that could leak data or read local files (anything but
-  ``https``, except plain ``http`` to a loopback host for the emulator);
 - :class:`AtomicFile` writes to a hidden temporary name beside the destination and renames only on
   commit, deleting the temporary file on any failure (fsspec object-store files commit their upload
   on ``close()`` even after an error, so writing straight to the final key is not safe);
@@ -22,7 +20,6 @@ import contextlib
 import csv
 import hashlib
 import io
-import ipaddress
 import json
 import os
 import queue
@@ -32,62 +29,11 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import IO, Any
-from urllib.parse import urlsplit
 
 from airflow.sdk import ObjectStoragePath
 
 _LOCAL_PROTOCOLS = ("", "file", "local")
 MANIFEST_SUFFIX = ".manifest.json"
-
-
-class UnsafeDownloadUriError(ValueError):
-    """A download link the operator refuses to fetch; the message says which rule it broke."""
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() in ("localhost", "localhost.localdomain") or host.lower().endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def redact_uri(uri: str) -> str:
-    """The link without its query string: a pre-signed URL's query is a bearer credential for the file."""
-    parts = urlsplit(uri)
-    return f"{parts.scheme}://{parts.netloc}{parts.path}" + ("?<signature>" if parts.query else "")
-
-
-def check_download_uri(uri: object) -> str:
-    """Return ``uri`` if it is an ``https`` link (or ``http`` to a loopback host); raise otherwise.
-
-    Refused: other schemes (``file://``, ``ftp://``, ``s3://``...), bare paths that would read a local
-    file, links without a host, and plain ``http`` to any non-loopback host, where the pre-signed link
-    and the data would cross the network in clear.
-    """
-    if not isinstance(uri, str) or not uri.strip():
-        raise UnsafeDownloadUriError(f"downloadUri must be a non-empty string, got {uri!r}")
-    parts = urlsplit(uri.strip())
-    scheme = parts.scheme.lower()
-    host = parts.hostname or ""
-    if scheme == "file" or (not scheme and (uri.startswith(("/", ".", "~")) or os.path.isabs(uri))):
-        raise UnsafeDownloadUriError(
-            f"downloadUri {redact_uri(uri)!r} points at a local file; only https links are fetched"
-        )
-    if scheme not in ("https", "http"):
-        raise UnsafeDownloadUriError(
-            f"downloadUri scheme {scheme or '(none)'!r} is not allowed; only https links are fetched "
-            "(plain http only to a loopback host)"
-        )
-    if not host:
-        raise UnsafeDownloadUriError(f"downloadUri {redact_uri(uri)!r} has no host")
-    if scheme == "http" and not _is_loopback(host):
-        raise UnsafeDownloadUriError(
-            f"downloadUri {redact_uri(uri)!r} uses plain http to {host!r}; only https is allowed "
-            "except to a loopback host (127.0.0.1, ::1, localhost)"
-        )
-    return uri.strip()
 
 
 def is_local(path: ObjectStoragePath) -> bool:

@@ -39,6 +39,12 @@ class AbmApiError(AirflowException):
     :param transient: ``True`` when trying again later may succeed (429, 423, 5xx, lost connection);
         the hook has already retried such errors within its budget before raising.
     :param retry_after: seconds the service asked to wait (``Retry-After``), when it said.
+    :param kind: what went wrong, for code that branches on it: ``"answer"`` (an HTTP error answer),
+        ``"connect"`` (could not connect), ``"lost"`` (connection lost after sending), ``"timeout"``
+        (a deadline passed), ``"tls"``, ``"redirect"`` (a redirect not followed, a loop, too many
+        hops), ``"unsafe_url"`` (a URL that breaks the URL rules), ``"too_large"``, ``"malformed"``
+        (not the answer the API documents, or nested too deep), ``"paging"`` (a listing that would
+        not end).
     """
 
     def __init__(
@@ -55,6 +61,7 @@ class AbmApiError(AirflowException):
         outcome_unknown: bool = False,
         transient: bool = False,
         retry_after: float | None = None,
+        kind: str | None = None,
     ) -> None:
         self.method = method
         self.path = path
@@ -67,6 +74,7 @@ class AbmApiError(AirflowException):
         self.outcome_unknown = outcome_unknown
         self.transient = transient
         self.retry_after = retry_after
+        self.kind = kind or ("answer" if http_status is not None else "lost")
         super().__init__(self._render())
 
     def _render(self) -> str:
@@ -109,6 +117,7 @@ def _rebuild(state: dict[str, Any]) -> AbmApiError:
         "outcome_unknown",
         "transient",
         "retry_after",
+        "kind",
     )
     err = AbmApiError(**{k: state[k] for k in keys if k in state})
     err.__dict__.update(state)

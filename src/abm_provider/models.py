@@ -8,6 +8,7 @@ lists and dicts, so ``dataclasses.asdict`` turns them into an XCom-safe value.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,3 +81,59 @@ class DownloadResult:
     etag: str | None
     content_length: int | None
     resumed: int
+
+
+def _count(value: Any, default: int) -> int:
+    """An int64 count, which the JSON gateway may encode as a string."""
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def batch_result(
+    action: str, index: int, sent: list[dict[str, Any]], answer: Mapping[str, Any]
+) -> BatchResult:
+    """One add/remove answer as a :class:`BatchResult`, tolerating absent or string-encoded counts.
+
+    Add answers ``{successfulAccounts, accountsNotFound, addedAccounts, duplicateAccounts}``; remove
+    answers ``{accounts: [removed]}``. For a remove without ``accountsNotFound`` the accounts sent but
+    not reported removed are the not-found ones, so none is lost from the totals.
+    """
+    not_found_raw = answer.get("accountsNotFound")
+    not_found = [dict(a) for a in not_found_raw or [] if isinstance(a, Mapping)]
+    if action == "add":
+        # A thousand echoed accounts per request: JSON's dicts are taken as parsed, not copied.
+        successful: list[dict[str, Any]] = [
+            a if type(a) is dict else dict(a)
+            for a in answer.get("successfulAccounts") or []
+            if type(a) is dict or isinstance(a, Mapping)
+        ]
+        duplicates = _count(answer.get("duplicateAccounts"), 0)
+        added = _count(answer.get("addedAccounts"), max(len(successful) - duplicates, 0))
+        return BatchResult(index, len(sent), added, duplicates, not_found, successful)
+    removed_raw = answer.get("accounts")
+    removed = (
+        [dict(a) for a in removed_raw if isinstance(a, Mapping)] if isinstance(removed_raw, list) else []
+    )
+    if not_found_raw is None:
+        exact = {_identity(a) for a in removed}
+        loose = {identity[1] for identity in exact if identity[0] is None}
+        all_ids = {identity[1] for identity in exact}
+
+        def was_removed(account: Mapping[str, Any]) -> bool:
+            org, account_id = _identity(account)
+            if org is None:  # sent without an org: any removed account with that id
+                return account_id in all_ids
+            return (org, account_id) in exact or account_id in loose
+
+        not_found = [a for a in sent if not was_removed(a)]
+    return BatchResult(index, len(sent), len(removed), 0, not_found, removed)
+
+
+def _identity(account: Mapping[str, Any]) -> tuple[str | None, str]:
+    """An account on a list is its id within its CRM org (the org may be absent from an echo)."""
+    org = account.get("crmOrgId")
+    return (str(org) if org else None, str(account.get("id")))

@@ -99,7 +99,7 @@ def test_lost_answer_to_create_is_success(abm: Any, context: dict[str, Any]) -> 
         when="after",
         count=1,
     )
-    result = _op(max_wait=0.2).execute(context)
+    result = _op(retry_max_wait=0.2).execute(context)
     assert result["type"] == EXPORT_TYPE
     assert len([j for j in _jobs(abm) if j.get("type") == EXPORT_TYPE]) == 1
     assert len(_posts(abm)) == 2
@@ -115,4 +115,4 @@ def test_lost_answer_with_if_exists_fail_is_still_ours(abm: Any, context: dict[s
         when="after",
         count=1,
     )
-    assert _op(if_exists="fail", max_wait=0.2).execute(context)["created"] is True
+    assert _op(if_exists="fail", retry_max_wait=0.2).execute(context)["created"] is True

@@ -22,9 +22,9 @@ import requests
 from airflow.sdk.exceptions import AirflowFailException
 from export_helpers import EXPORT_TYPE
 
-from abm_provider.download import UnsafeDownloadUriError
 from abm_provider.exceptions import AbmApiError
 from abm_provider.operators.exports import CreateExportJobOperator, DownloadExecutionCsvOperator
+from abm_provider.urls import UnsafeUrlError
 
 MiB = 1 << 20
 
@@ -63,7 +63,7 @@ def _storage_requests(abm: Any) -> list[dict[str, Any]]:
 
 
 def _op(**kwargs: Any) -> DownloadExecutionCsvOperator:
-    kwargs.setdefault("max_wait", 0.2)
+    kwargs.setdefault("retry_max_wait", 0.2)
     return DownloadExecutionCsvOperator(task_id="download", **kwargs)
 
 
@@ -132,19 +132,19 @@ def context_dir(abm: Any, context: dict[str, Any]) -> str:
 
 
 @pytest.mark.parametrize(
-    "uri",
+    ("uri", "rule"),
     [
-        "file:///etc/passwd",
-        "http://storage.example.com/export.csv?sig=1",
-        "ftp://127.0.0.1/x.csv",
-        "/etc/passwd",
+        ("file:///etc/passwd", "only https is allowed"),
+        ("http://storage.example.com/export.csv?sig=1", "plain http://.*use https://"),
+        ("ftp://127.0.0.1/x.csv", "only https is allowed"),
+        ("/etc/passwd", "only https is allowed"),
     ],
 )
-def test_unsafe_links_are_refused(abm: Any, context: dict[str, Any], uri: str) -> None:
-    with pytest.raises(UnsafeDownloadUriError):
+def test_unsafe_links_are_refused(abm: Any, context: dict[str, Any], uri: str, rule: str) -> None:
+    with pytest.raises(UnsafeUrlError, match=rule):
         _op(download_uri=uri)
     execution = {"id": "e-1", "exportId": EXPORT_TYPE, "state": "COMPLETE", "downloadUri": uri}
-    with pytest.raises(AirflowFailException, match="only https"):
+    with pytest.raises(AirflowFailException, match=rule):
         _op(execution=execution).execute(context)
     assert _storage_requests(abm) == []
 

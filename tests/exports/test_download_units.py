@@ -17,15 +17,13 @@ from abm_provider.download import (
     AtomicFile,
     CsvToParquet,
     HashingSink,
-    UnsafeDownloadUriError,
-    check_download_uri,
     check_integrity,
     read_manifest,
-    redact_uri,
     write_manifest,
 )
 from abm_provider.models import DownloadResult
 from abm_provider.operators.exports import DownloadExecutionCsvOperator
+from abm_provider.urls import UnsafeUrlError, check_url, safe_url
 
 
 @pytest.mark.parametrize(
@@ -38,30 +36,30 @@ from abm_provider.operators.exports import DownloadExecutionCsvOperator
     ],
 )
 def test_allowed_links(uri: str) -> None:
-    assert check_download_uri(uri) == uri
+    assert check_url(uri, "downloadUri") == uri
 
 
 @pytest.mark.parametrize(
     ("uri", "fragment"),
     [
-        ("file:///etc/passwd", "points at a local file"),
-        ("/etc/passwd", "points at a local file"),
-        ("./export.csv", "points at a local file"),
+        ("file:///etc/passwd", "scheme 'file'; only https is allowed"),
+        ("/etc/passwd", r"scheme '\(none\)'; only https is allowed"),
+        ("./export.csv", r"scheme '\(none\)'; only https is allowed"),
         ("http://storage.example.com/x.csv", "plain http"),
         ("http://10.0.0.5/x.csv", "plain http"),
-        ("ftp://example.com/x.csv", "scheme 'ftp' is not allowed"),
-        ("s3://bucket/x.csv", "scheme 's3' is not allowed"),
+        ("ftp://example.com/x.csv", "scheme 'ftp'; only https is allowed"),
+        ("s3://bucket/x.csv", "scheme 's3'; only https is allowed"),
         ("https:///x.csv", "has no host"),
-        ("", "non-empty string"),
+        ("", "non-empty URL"),
     ],
 )
 def test_refused_links(uri: str, fragment: str) -> None:
-    with pytest.raises(UnsafeDownloadUriError, match=fragment):
-        check_download_uri(uri)
+    with pytest.raises(UnsafeUrlError, match=fragment):
+        check_url(uri, "downloadUri")
 
 
 def test_redacted_link_hides_signature() -> None:
-    assert redact_uri("https://h/p/x.csv?X-Amz-Signature=secret") == "https://h/p/x.csv?<signature>"
+    assert safe_url("https://h/p/x.csv?X-Amz-Signature=secret") == "https://h/p/x.csv?<redacted>"
 
 
 def test_atomic_file_publishes_only_on_commit(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ def _polls(abm: Any) -> list[dict[str, Any]]:
 def _sensor(**kwargs: Any) -> ExecutionCompleteSensor:
     kwargs.setdefault("poke_interval", 0.5)
     kwargs.setdefault("timeout", 60)
-    kwargs.setdefault("request_max_wait", 0.5)
+    kwargs.setdefault("retry_max_wait", 0.5)
     return ExecutionCompleteSensor(task_id="wait", export_type=EXPORT_TYPE, **kwargs)
 
 
@@ -108,7 +108,11 @@ async def test_trigger_survives_503_and_429(job: Any) -> None:
         origin="api", method="GET", path=EXECUTIONS_PATH, kind="status", status=429, retryAfter="1", count=2
     )
     trigger = ExecutionCompleteTrigger(
-        abm_conn_id="abm_default", export_type=EXPORT_TYPE, poll_interval=0.5, max_attempts=2, max_wait=0.5
+        abm_conn_id="abm_default",
+        export_type=EXPORT_TYPE,
+        poll_interval=0.5,
+        max_attempts=2,
+        retry_max_wait=0.5,
     )
     events = [event.payload async for event in trigger.run()]
     assert [e["status"] for e in events] == ["success"]
@@ -135,6 +139,23 @@ def test_execute_complete_raises_on_every_non_success(context: dict[str, Any]) -
             soft.execute_complete(context, event)
     done = {"id": "e1", "state": "COMPLETE", "downloadUri": "https://x/y"}
     assert sensor.execute_complete(context, {"status": "success", "execution": done}) == done
+
+
+def test_request_settings_reach_the_hook_and_the_trigger() -> None:
+    sensor = _sensor(max_attempts=2, retry_max_wait=0.7, request_timeout=9, hook_params={"max_pages": 4})
+    assert sensor.get_hook().hook_params == {
+        "max_pages": 4,
+        "max_attempts": 2,
+        "retry_max_wait": 0.7,
+        "request_timeout": 9,
+    }
+
+
+def test_deprecated_request_max_wait_still_works_and_warns() -> None:
+    with pytest.warns(DeprecationWarning, match="request_max_wait is deprecated, use retry_max_wait"):
+        sensor = ExecutionCompleteSensor(task_id="wait", export_type=EXPORT_TYPE, request_max_wait=0.3)
+    assert sensor.retry_max_wait == 0.3
+    assert sensor.get_hook().hook_params["retry_max_wait"] == 0.3
 
 
 def test_default_deferrable_follows_config(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from abm_provider.connection import AbmSettings
 from abm_provider.exceptions import AbmApiError
+from abm_provider.hooks._pipeline import Answer, Call, Pipeline
 from abm_provider.triggers.exports import ExecutionCompleteTrigger
+
+EXECUTIONS = "/exports/v1/exportJobs/X/executions"
 
 
 class FakeAsyncHook:
@@ -45,14 +50,23 @@ async def _events(trigger: ExecutionCompleteTrigger) -> list[dict[str, Any]]:
     return [event.payload async for event in trigger.run()]
 
 
-def _api_error(status: int) -> AbmApiError:
-    return AbmApiError(
-        method="GET",
-        path="/exports/v1/exportJobs/X/executions",
-        http_status=status,
-        status=None,
-        message="boom",
+def _pipeline() -> Pipeline:
+    conn = SimpleNamespace(
+        conn_id="abm_default", host="https://api.example.com", port=None, password="k-12345", extra_dejson={}
     )
+    return Pipeline(AbmSettings.from_connection(conn))
+
+
+def _api_error(status: int) -> AbmApiError:
+    """The error the hook raises, after its own retries, for an answer of ``status``."""
+    with pytest.raises(AbmApiError) as info:
+        _pipeline().interpret(Call("GET", EXECUTIONS), Answer(status, {}, b'{"error": {"message": "boom"}}'))
+    return info.value
+
+
+def _connection_reset() -> AbmApiError:
+    """The error the hook raises, after its own retries, for a connection reset by the peer."""
+    return _pipeline().failure(Call("GET", EXECUTIONS), "lost", "ConnectionResetError: reset")
 
 
 COMPLETE = {
@@ -80,6 +94,25 @@ def test_serializes_primitives_only_and_round_trips() -> None:
     assert ExecutionCompleteTrigger(**kwargs).serialize() == (classpath, kwargs)
 
 
+def test_trigger_serialized_by_the_previous_release_still_runs() -> None:
+    """A deferred task's trigger row may carry ``max_wait``, the earlier name of ``retry_max_wait``."""
+    old = {
+        "abm_conn_id": "abm_default",
+        "export_type": "TACTIC_PERFORMANCE",
+        "updated_after": None,
+        "poll_interval": 30.0,
+        "deadline": None,
+        "max_attempts": 2,
+        "max_wait": 4.0,
+        "request_timeout": 9.0,
+    }
+    trigger = ExecutionCompleteTrigger(**old)
+    assert trigger.retry_max_wait == 4.0
+    _, kwargs = trigger.serialize()
+    assert kwargs["retry_max_wait"] == 4.0 and "max_wait" not in kwargs
+    assert trigger._hook().hook_params == {"max_attempts": 2, "retry_max_wait": 4.0, "request_timeout": 9.0}
+
+
 async def test_success_after_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
     hook = FakeAsyncHook(
         [[], [{"id": "e0", "state": "RUNNING", "updateTime": "2026-03-01T05:00:00Z"}], [COMPLETE]]
@@ -103,7 +136,7 @@ async def test_deadline_gives_one_timeout_event(monkeypatch: pytest.MonkeyPatch)
 
 
 async def test_retryable_errors_keep_polling(monkeypatch: pytest.MonkeyPatch) -> None:
-    hook = FakeAsyncHook([_api_error(503), _api_error(429), ConnectionResetError("reset"), [COMPLETE]])
+    hook = FakeAsyncHook([_api_error(503), _api_error(429), _connection_reset(), [COMPLETE]])
     events = await _events(_trigger(monkeypatch, hook))
     assert [e["status"] for e in events] == ["success"]
     assert hook.polls == 4

@@ -22,6 +22,6 @@ def abm(emulator: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 @pytest.fixture
 def hook(abm: Any) -> Iterator[AbmHook]:
     """A hook with a short longest wait, so retry tests stay quick."""
-    made = AbmHook(max_wait=10)
+    made = AbmHook(retry_max_wait=10)
     yield made
     made.close()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
+from abm_provider.connection import AbmSettings
 from abm_provider.exceptions import AbmApiError
-from abm_provider.hooks._answers import TokenGuard, batch_result, executions_request, page_items
-from abm_provider.models import AccountsResult
+from abm_provider.hooks._answers import executions_call
+from abm_provider.hooks._pipeline import Call, Pager, Pipeline
+from abm_provider.models import AccountsResult, batch_result
 
 
 def _acc(i: int, org: str | None = "00D1") -> dict[str, str]:
@@ -49,23 +53,34 @@ def test_totals_add_up_and_not_found_can_be_dropped() -> None:
     assert (totals.sent, totals.not_found_count, len(totals.not_found), totals.batches) == (6, 4, 2, 2)
 
 
+def _pipeline(**limits: object) -> Pipeline:
+    conn = SimpleNamespace(
+        conn_id="c", host="https://api.example.com", port=None, password="k-12345", extra_dejson={}
+    )
+    return Pipeline(AbmSettings.from_connection(conn, **limits))
+
+
 def test_pages_and_tokens() -> None:
-    assert page_items({"nextPageToken": "t"}, "folders", "/f") == ([], "t")
-    assert page_items({"folders": [{"a": 1}], "nextPageToken": ""}, "folders", "/f") == ([{"a": 1}], "")
+    call = Call("GET", "/f", {"pageSize": 100})
+    items, following = Pager(_pipeline(), call, "folders").read({"nextPageToken": "t"})
+    assert items == [] and following is not None
+    assert following.path == "/f" and following.query == {"pageSize": 100, "pageToken": "t"}
+    last = Pager(_pipeline(), call, "folders").read({"folders": [{"a": 1}], "nextPageToken": ""})
+    assert last == ([{"a": 1}], None)
     with pytest.raises(AbmApiError, match="not an array"):
-        page_items({"folders": {"a": 1}}, "folders", "/f")
-    guard = TokenGuard("/f")
-    guard.check("a")
-    guard.check("b")
+        Pager(_pipeline(), call, "folders").read({"folders": {"a": 1}})
+    pager = Pager(_pipeline(), call, "folders")
+    pager.read({"nextPageToken": "a"})
+    pager.read({"nextPageToken": "b"})
     with pytest.raises(AbmApiError, match="twice"):
-        guard.check("a")
+        pager.read({"nextPageToken": "a"})
 
 
 def test_executions_query() -> None:
-    path, params = executions_request("TACTIC_PERFORMANCE", state="COMPLETE", page_size=10)
-    assert path == "/exports/v1/exportJobs/TACTIC_PERFORMANCE/executions"
-    assert params == {"pageSize": 10, "orderBy": "updateTime desc", "filter": "status=COMPLETE"}
+    call = executions_call("TACTIC_PERFORMANCE", state="COMPLETE", page_size=10)
+    assert (call.method, call.path) == ("GET", "/exports/v1/exportJobs/TACTIC_PERFORMANCE/executions")
+    assert call.query == {"pageSize": 10, "orderBy": "updateTime desc", "filter": "status=COMPLETE"}
     with pytest.raises(ValueError, match="page_size"):
-        executions_request("TACTIC_PERFORMANCE", page_size=0)
+        executions_call("TACTIC_PERFORMANCE", page_size=0)
     with pytest.raises(ValueError, match="state must be one execution state"):
-        executions_request("TACTIC_PERFORMANCE", state="COMPLETE OR 1")
+        executions_call("TACTIC_PERFORMANCE", state="COMPLETE OR 1")

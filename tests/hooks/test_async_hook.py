@@ -26,7 +26,7 @@ async def test_iter_executions_matches_the_sync_hook(abm: Any, hook: AbmHook) ->
     for outcome in ["FAILED"] * 4 + ["COMPLETE"] + ["FAILED"] * 2:
         abm.fire(TYPE, outcome=outcome)
         abm.advance(30)
-    async with AbmAsyncHook(max_wait=5) as async_hook:
+    async with AbmAsyncHook(retry_max_wait=5) as async_hook:
         every = await _collect(async_hook, page_size=2)
         complete = await _collect(async_hook, state="COMPLETE", page_size=2)
         folders = [f async for f in async_hook.iter_folders()]
@@ -41,7 +41,7 @@ async def test_retry_after_and_5xx_are_retried(abm: Any, hook: AbmHook) -> None:
     abm.inject_fault(origin="api", method="GET", path=EXECUTIONS, kind="status", status=429, retryAfter="2")
     abm.inject_fault(origin="api", method="GET", path=EXECUTIONS, kind="status", status=503)
     started = time.monotonic()
-    async with AbmAsyncHook(max_wait=5) as async_hook:
+    async with AbmAsyncHook(retry_max_wait=5) as async_hook:
         assert await _collect(async_hook) == []
     assert time.monotonic() - started >= 2.0
     assert len(seen(abm, method="GET", path=EXECUTIONS)) == 3
@@ -86,7 +86,7 @@ async def test_attempts_and_retry_warnings_count_the_first_try(
     hook.create_export_job(TYPE, "0 6 1 * *")
     for _ in range(3):
         abm.inject_fault(origin="api", method="GET", path=EXECUTIONS, kind="status", status=500)
-    async with AbmAsyncHook(max_attempts=3, max_wait=0.1) as async_hook:
+    async with AbmAsyncHook(max_attempts=3, retry_max_wait=0.1) as async_hook:
         with pytest.raises(AbmApiError) as info:
             await _collect(async_hook)
     assert info.value.http_status == 500 and info.value.attempts == 3

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
-from abm_provider.hooks import _sessions
+import pytest
+
+from abm_provider.exceptions import AbmApiError
+from abm_provider.hooks import _transports
 from abm_provider.hooks.abm import AbmAsyncHook, AbmHook
 from abm_provider.triggers.exports import ExecutionCompleteTrigger
 
 TYPE = "TACTIC_PERFORMANCE"
+EXECUTIONS = f"/exports/v1/exportJobs/{TYPE}/executions"
+
+
+def _session(hook: AbmAsyncHook) -> Any:
+    """The aiohttp session the hook's transport holds (``None`` before use and after close)."""
+    assert hook._transport is not None
+    return hook._transport._session
 
 
 async def _first(hook: AbmAsyncHook) -> list[dict[str, Any]]:
@@ -21,31 +32,57 @@ async def test_hooks_on_one_loop_share_a_session_until_the_last_closes(abm: Any,
     first, second = AbmAsyncHook(), AbmAsyncHook()
     await _first(first)
     await _first(second)
-    shared = first._session
-    assert shared is second._session and _sessions.open_sessions() == 1
-    assert shared.connector.limit == _sessions.CONNECTION_LIMIT
+    shared = _session(first)
+    assert shared is _session(second) and _transports.open_sessions() == 1
+    assert shared.connector.limit == _transports.CONNECTION_LIMIT
 
     await first.close()
     assert not shared.closed, "closing one hook must not cut the other's connections"
     assert await _first(second) == []
     await second.close()
-    assert shared.closed and _sessions.open_sessions() == 0
+    assert shared.closed and _transports.open_sessions() == 0
 
     # A hook used again after close takes a fresh session rather than a closed one.
     assert await _first(first) == []
-    assert first._session is not shared and not first._session.closed
+    assert _session(first) is not shared and not _session(first).closed
     await first.close()
-    assert _sessions.open_sessions() == 0
+    assert _transports.open_sessions() == 0
 
 
-async def test_different_timeouts_get_different_sessions(abm: Any, hook: AbmHook) -> None:
+async def test_each_hook_keeps_its_own_timeout_on_a_shared_session(abm: Any, hook: AbmHook) -> None:
+    """Timeouts are per request, so hooks that differ only in them share one pool, each bound by its own."""
     hook.create_export_job(TYPE, "0 6 1 * *")
-    async with AbmAsyncHook(timeout=5) as short, AbmAsyncHook(timeout=50) as long:
-        await _first(short)
-        await _first(long)
-        assert short._session is not long._session
-        assert _sessions.open_sessions() == 2
-    assert _sessions.open_sessions() == 0
+    abm.inject_fault(origin="api", method="GET", path=EXECUTIONS, kind="delay", delaySeconds=2, count=2)
+    async with (
+        AbmAsyncHook(request_timeout=0.5, max_attempts=1) as short,
+        AbmAsyncHook(request_timeout=30) as long,
+    ):
+        with pytest.raises(AbmApiError) as info:
+            await _first(short)
+        assert info.value.kind == "timeout" and info.value.http_status is None
+        assert await _first(long) == [], "the slow answer arrived within the long hook's timeout"
+        assert _session(short) is _session(long)
+        assert _transports.open_sessions() == 1
+    assert _transports.open_sessions() == 0
+
+
+async def test_different_tls_settings_get_different_sessions(
+    abm: Any, hook: AbmHook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hook.create_export_job(TYPE, "0 6 1 * *")
+    unverified = {
+        "conn_type": "abm",
+        "host": abm.base_url,
+        "password": abm.api_key,
+        "extra": {"verify": False},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_ABM_UNVERIFIED", json.dumps(unverified))
+    async with AbmAsyncHook() as checked, AbmAsyncHook("abm_unverified") as unchecked:
+        await _first(checked)
+        await _first(unchecked)
+        assert _session(checked) is not _session(unchecked)
+        assert _transports.open_sessions() == 2
+    assert _transports.open_sessions() == 0
 
 
 async def test_many_triggers_poll_through_one_pool_and_leave_nothing_open(abm: Any, hook: AbmHook) -> None:
@@ -65,8 +102,8 @@ async def test_many_triggers_poll_through_one_pool_and_leave_nothing_open(abm: A
 
     waiting = asyncio.gather(*(first_event(t) for t in triggers))
     await asyncio.sleep(0.5)
-    assert _sessions.open_sessions() == 1, "150 polling triggers must share one session"
+    assert _transports.open_sessions() == 1, "150 polling triggers must share one session"
     # Timestamps have whole seconds: an execution finishing now could carry the cut-off's second.
     abm.fire(TYPE, outcome="COMPLETE", runningSeconds=2)
     assert await asyncio.wait_for(waiting, 60) == ["success"] * 150
-    assert _sessions.open_sessions() == 0
+    assert _transports.open_sessions() == 0

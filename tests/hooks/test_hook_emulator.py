@@ -274,11 +274,11 @@ def test_429_with_retry_after_is_waited_out(abm: Any, hook: AbmHook) -> None:
     assert len(seen(abm, method="GET", path=FOLDERS)) == before + 2
 
 
-def test_retry_after_longer_than_max_wait_fails_and_says_so(abm: Any) -> None:
+def test_retry_after_longer_than_retry_max_wait_fails_and_says_so(abm: Any) -> None:
     abm.inject_fault(origin="api", method="GET", path=FOLDERS, kind="status", status=429, retryAfter="600")
     with pytest.raises(AbmApiError) as info:
-        list(AbmHook(max_wait=5).iter_folders())
-    assert info.value.http_status == 429 and "max_wait=5" in str(info.value)
+        list(AbmHook(retry_max_wait=5).iter_folders())
+    assert info.value.http_status == 429 and "retry_max_wait=5" in str(info.value)
     assert len(seen(abm, method="GET", path=FOLDERS)) == 1
 
 
@@ -296,7 +296,7 @@ def test_timed_out_folder_create_is_found_not_duplicated(abm: Any) -> None:
     # Whether the slow request lands (found by listing) or is dropped with the connection (sent
     # again), exactly one folder must result.
     abm.inject_fault(origin="api", method="POST", path=FOLDERS, kind="delay", delaySeconds=2)
-    folder = AbmHook(timeout=1.5, max_wait=5).create_folder("slow")
+    folder = AbmHook(request_timeout=1.5, retry_max_wait=5).create_folder("slow")
     folders = _named(_find_all(_state(abm), "folders"), "slow")
     assert len(folders) == 1 and folder["folderId"] in json.dumps(folders[0])
 
@@ -339,7 +339,7 @@ def test_429_on_a_create_is_retried_as_it_never_happened(abm: Any, hook: AbmHook
 def test_persistent_5xx_gives_up_after_max_attempts(abm: Any) -> None:
     abm.inject_fault(origin="api", method="GET", path=FOLDERS, kind="status", status=500, count=10)
     with pytest.raises(AbmApiError) as info:
-        list(AbmHook(max_attempts=3, max_wait=2).iter_folders())
+        list(AbmHook(max_attempts=3, retry_max_wait=2).iter_folders())
     assert info.value.http_status == 500 and info.value.attempts == 3
     assert "after 3 attempts" in str(info.value)
     assert len(seen(abm, method="GET", path=FOLDERS)) == 3
@@ -373,7 +373,7 @@ def test_malformed_answer_to_a_create_is_reconciled(abm: Any, hook: AbmHook) -> 
 
 def test_read_timeout_is_retried(abm: Any) -> None:
     abm.inject_fault(origin="api", method="GET", path=FOLDERS, kind="delay", delaySeconds=3)
-    assert list(AbmHook(timeout=1, max_wait=2).iter_folders()) == []
+    assert list(AbmHook(request_timeout=1, retry_max_wait=2).iter_folders()) == []
     assert len(seen(abm, method="GET", path=FOLDERS)) == 2
 
 
@@ -444,5 +444,6 @@ def test_storage_5xx_is_retried(abm: Any, hook: AbmHook) -> None:
 
 
 def test_plain_http_download_to_a_remote_host_is_refused(hook: AbmHook) -> None:
-    with pytest.raises(ValueError, match="plain http://"):
+    with pytest.raises(AbmApiError, match="plain http://") as info:
         hook.download("http://bucket.example.com/x.csv?sig=1", io.BytesIO())
+    assert info.value.kind == "unsafe_url" and not info.value.transient

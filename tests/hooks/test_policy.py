@@ -1,22 +1,43 @@
-"""The shared request policy without a server: settings, URL safety, error reading, retry rules."""
+"""The shared request policy without a server: settings, URL safety, error reading, retry rules.
+
+The rules live in :mod:`abm_provider.connection` (settings and bounds), :mod:`abm_provider.urls`
+(URL rules and redaction) and :mod:`abm_provider.hooks._pipeline` (reading answers, retrying).
+"""
 
 from __future__ import annotations
 
+import base64
+import email.utils
+import json
+import logging
 import pickle
+from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import tenacity
 
+from abm_provider import bodies
+from abm_provider.connection import AbmSettings, Limits
 from abm_provider.exceptions import AbmApiError
-from abm_provider.hooks import _policy as policy
+from abm_provider.hooks import _pipeline as pipeline
+from abm_provider.hooks._pipeline import Answer, Call, Pipeline
+from abm_provider.urls import encode_query, normalise_base_url, path_segment, safe_url
 
 KEY = "sk-live-0123456789abcdef"
 
 
 def _conn(host: str | None = "https://api.example.com", password: str | None = KEY, **extra: Any) -> Any:
     return SimpleNamespace(conn_id="abm_test", host=host, port=None, password=password, extra_dejson=extra)
+
+
+def _pipe(conn: Any = None, **limits: Any) -> Pipeline:
+    return Pipeline(AbmSettings.from_connection(conn or _conn(), **limits))
+
+
+def _http_date(timestamp: float) -> str:
+    return email.utils.format_datetime(datetime.fromtimestamp(timestamp, tz=timezone.utc), usegmt=True)
 
 
 # --- Retry-After ---------------------------------------------------------------------------------
@@ -36,14 +57,14 @@ def _conn(host: str | None = "https://api.example.com", password: str | None = K
     ],
 )
 def test_retry_after_seconds(value: str | None, expected: float | None) -> None:
-    assert policy.parse_retry_after(value) == expected
+    assert bodies.parse_retry_after(value) == expected
 
 
 def test_retry_after_http_date_is_seconds_from_now() -> None:
     now = 1_800_000_000.0
-    assert policy.parse_retry_after(policy.http_date(now + 10), now=now) == pytest.approx(10.0)
-    assert policy.parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now=now) == 0.0
-    assert policy.parse_retry_after("Thu, 32 Foo 2020 99:00:00 GMT", now=now) is None
+    assert bodies.parse_retry_after(_http_date(now + 10), now=now) == pytest.approx(10.0)
+    assert bodies.parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now=now) == 0.0
+    assert bodies.parse_retry_after("Thu, 32 Foo 2020 99:00:00 GMT", now=now) is None
 
 
 # --- back-off ------------------------------------------------------------------------------------
@@ -55,19 +76,19 @@ def _state(attempt: int, error: BaseException | None) -> Any:
 
 
 def test_backoff_grows_and_is_capped() -> None:
-    wait = policy.BackoffWait(max_wait=3.0)
-    first = [wait.backoff(1) for _ in range(50)]
-    assert all(policy.INITIAL_WAIT <= w <= policy.INITIAL_WAIT + policy.JITTER for w in first)
-    assert min(wait.backoff(3) for _ in range(50)) >= policy.INITIAL_WAIT * 4
-    assert max(wait.backoff(30) for _ in range(50)) <= 3.0
-    assert len({round(wait.backoff(2), 6) for _ in range(20)}) > 1, "jitter spreads the waits"
+    pipe = _pipe(retry_max_wait=3.0)
+    first = [pipe.backoff(1, None) for _ in range(50)]
+    assert all(pipeline.INITIAL_WAIT <= w <= pipeline.INITIAL_WAIT + pipeline.JITTER for w in first)
+    assert min(pipe.backoff(3, None) for _ in range(50)) >= pipeline.INITIAL_WAIT * 4
+    assert max(pipe.backoff(30, None) for _ in range(50)) <= 3.0
+    assert len({round(pipe.backoff(2, None), 6) for _ in range(20)}) > 1, "jitter spreads the waits"
 
 
 def test_wait_is_at_least_retry_after() -> None:
     err = AbmApiError(
         method="GET", path="/x", http_status=429, status=None, message="m", transient=True, retry_after=2.0
     )
-    wait = policy.BackoffWait(max_wait=60)
+    wait = _pipe(retry_max_wait=60).retrying(logging.getLogger("test"))["wait"]
     assert all(wait(_state(1, err)) >= 2.0 for _ in range(20))
     plain = AbmApiError(method="GET", path="/x", http_status=503, status=None, message="m", transient=True)
     assert wait(_state(1, plain)) < 2.0
@@ -96,41 +117,51 @@ def test_wait_is_at_least_retry_after() -> None:
     ],
 )
 def test_failure_kind(status: int | None, sent: bool, kind: str) -> None:
-    assert policy.failure_kind(status, sent=sent) == kind
+    assert pipeline.failure_kind(status, sent=sent) == kind
 
 
-def _answer(status: int, *, idempotent: bool = True, retry_after: str | None = None) -> AbmApiError:
-    return policy.api_error(
-        method="GET" if idempotent else "POST",
-        path="/x",
-        http_status=status,
-        body=b"",
-        content_type=None,
-        request_id=None,
-        retry_after=retry_after,
-        idempotent=idempotent,
-        redact=policy.Redactor([]),
-    )
+def _answer(
+    status: int,
+    *,
+    idempotent: bool = True,
+    retry_after: str | None = None,
+    pipe: Pipeline | None = None,
+) -> AbmApiError:
+    """The error an answer of ``status`` amounts to; a create (not idempotent) must not repeat blindly."""
+    call = Call("GET", "/x") if idempotent else Call("POST", "/x", on_unknown="raise")
+    headers = {"Retry-After": retry_after} if retry_after is not None else {}
+    with pytest.raises(AbmApiError) as info:
+        (pipe or _pipe()).interpret(call, Answer(status, headers, b""))
+    return info.value
 
 
 def test_retry_rules() -> None:
-    budget = policy.RetryBudget(max_wait=60)
-    assert not policy.should_retry(_answer(400), budget=budget, may_repeat_uncertain=True)
-    assert not policy.should_retry(_answer(401), budget=budget, may_repeat_uncertain=True)
-    assert not policy.should_retry(_answer(403), budget=budget, may_repeat_uncertain=True)
-    assert policy.should_retry(_answer(429, idempotent=False), budget=budget, may_repeat_uncertain=False)
-    assert policy.should_retry(_answer(503), budget=budget, may_repeat_uncertain=False)
+    pipe = _pipe(retry_max_wait=60)
+    assert not pipe.may_retry(_answer(400), 1, "repeat")
+    assert not pipe.may_retry(_answer(401), 1, "repeat")
+    assert not pipe.may_retry(_answer(403), 1, "repeat")
+    assert pipe.may_retry(_answer(429, idempotent=False), 1, "raise")
+    assert pipe.may_retry(_answer(503), 1, "raise")
     create_503 = _answer(503, idempotent=False)
     assert create_503.outcome_unknown
-    assert not policy.should_retry(create_503, budget=budget, may_repeat_uncertain=False)
-    assert policy.should_retry(create_503, budget=budget, may_repeat_uncertain=True)
-    assert not policy.should_retry(ValueError("x"), budget=budget, may_repeat_uncertain=True)
+    assert not pipe.may_retry(create_503, 1, "raise")
+    assert pipe.may_retry(create_503, 1, "repeat")
+    assert not pipe.may_retry(ValueError("x"), 1, "repeat")
 
 
-def test_retry_after_beyond_max_wait_fails_at_once_and_says_why() -> None:
-    err = _answer(429, retry_after="120")
-    assert not policy.should_retry(err, budget=policy.RetryBudget(max_wait=30), may_repeat_uncertain=True)
-    assert "retry after 120 s" in str(err) and "max_wait=30" in str(err)
+def test_attempts_are_bounded_and_counted() -> None:
+    pipe = _pipe(max_attempts=3)
+    err = _answer(503)
+    assert pipe.may_retry(err, 2) and err.attempts == 2
+    assert not pipe.may_retry(err, 3) and err.attempts == 3
+    assert "after 3 attempts" in str(err)
+
+
+def test_retry_after_beyond_retry_max_wait_fails_at_once_and_says_why() -> None:
+    pipe = _pipe(retry_max_wait=30)
+    err = _answer(429, retry_after="120", pipe=pipe)
+    assert not pipe.may_retry(err, 1, "repeat")
+    assert "retry after 120 s" in str(err) and "retry_max_wait=30" in str(err)
 
 
 # --- error bodies ----------------------------------------------------------------------------------
@@ -142,7 +173,7 @@ def test_documented_error_body() -> None:
         b' "details": [{"@type": "type.googleapis.com/google.rpc.BadRequest", "fieldViolations":'
         b' [{"field": "schedule", "description": "must fire at most once a day"}]}]}}'
     )
-    parsed = policy.parse_error_body(400, body, "application/json")
+    parsed = bodies.parse_error_body(400, body)
     assert parsed.status == "FAILED_PRECONDITION"
     assert parsed.message == "schedule too frequent"
     assert parsed.field_violations == [{"field": "schedule", "description": "must fire at most once a day"}]
@@ -166,24 +197,20 @@ def test_documented_error_body() -> None:
     ],
 )
 def test_other_error_bodies_still_give_a_message(body: bytes, status: str | None, message: str) -> None:
-    parsed = policy.parse_error_body(503, body)
+    parsed = bodies.parse_error_body(503, body)
     assert parsed.status == status
     assert parsed.message == message
 
 
 def test_error_message_names_call_status_field_and_request_id() -> None:
-    err = policy.api_error(
-        method="POST",
-        path="/exports/v1/exportJobs",
-        http_status=400,
-        body=b'{"error": {"message": "too often", "status": "FAILED_PRECONDITION", "details": '
-        b'[{"fieldViolations": [{"field": "schedule", "description": "at most daily"}]}]}}',
-        content_type="application/json",
-        request_id="req-42",
-        retry_after=None,
-        idempotent=False,
-        redact=policy.Redactor([]),
+    body = (
+        b'{"error": {"message": "too often", "status": "FAILED_PRECONDITION", "details": '
+        b'[{"fieldViolations": [{"field": "schedule", "description": "at most daily"}]}]}}'
     )
+    answer = Answer(400, {"Content-Type": "application/json", "x-request-id": "req-42"}, body)
+    with pytest.raises(AbmApiError) as info:
+        _pipe().interpret(Call("POST", "/exports/v1/exportJobs", on_unknown="raise"), answer)
+    err = info.value
     assert str(err) == (
         "POST /exports/v1/exportJobs failed: 400 FAILED_PRECONDITION: too often (schedule: at most daily) "
         "[request id req-42]"
@@ -200,21 +227,13 @@ def test_error_message_names_call_status_field_and_request_id() -> None:
 
 
 def test_echoed_key_is_redacted_from_error_text() -> None:
-    settings = policy.AbmSettings.from_connection(_conn(auth_type="basic"))
+    settings = AbmSettings.from_connection(_conn(auth_type="basic"))
     basic_token = settings.auth_header()["Authorization"].split(" ", 1)[1]
-    err = policy.api_error(
-        method="GET",
-        path="/x",
-        http_status=401,
-        body=f'{{"error": {{"message": "bad header Bearer {KEY} / Basic {basic_token}"}}}}'.encode(),
-        content_type="application/json",
-        request_id=None,
-        retry_after=None,
-        idempotent=True,
-        redact=settings.redactor(),
-    )
-    assert KEY not in str(err) and basic_token not in str(err)
-    assert "***" in str(err)
+    body = f'{{"error": {{"message": "bad header Bearer {KEY} / Basic {basic_token}"}}}}'.encode()
+    with pytest.raises(AbmApiError) as info:
+        Pipeline(settings).interpret(Call("GET", "/x"), Answer(401, {}, body))
+    assert KEY not in str(info.value) and basic_token not in str(info.value)
+    assert "***" in str(info.value)
 
 
 # --- URLs ------------------------------------------------------------------------------------------
@@ -235,11 +254,11 @@ def test_echoed_key_is_redacted_from_error_text() -> None:
     ],
 )
 def test_base_url(host: str | None, expected: str) -> None:
-    assert policy.normalise_base_url(host) == expected
+    assert normalise_base_url(host) == expected
 
 
 def test_port_field_is_appended() -> None:
-    assert policy.normalise_base_url("api.example.com", 8443) == "https://api.example.com:8443"
+    assert normalise_base_url("api.example.com", 8443) == "https://api.example.com:8443"
 
 
 @pytest.mark.parametrize(
@@ -247,66 +266,104 @@ def test_port_field_is_appended() -> None:
     [
         ("http://api.example.com", "plain http://"),
         ("http://10.0.0.1", "plain http://"),
-        ("ftp://api.example.com", "https://"),
-        ("https://user:pw@api.example.com", "password field"),
+        ("ftp://api.example.com", "scheme 'ftp'; only https"),
+        ("https://user:pw@api.example.com", "user name or password"),
         ("https://api.example.com/?x=1", "query"),
     ],
 )
 def test_unsafe_base_urls_are_refused(host: str, words: str) -> None:
-    with pytest.raises(ValueError, match=words):
-        policy.normalise_base_url(host, where="connection 'abm_default'")
+    with pytest.raises(ValueError, match=words) as info:
+        normalise_base_url(host, where="connection 'abm_default'")
+    assert "connection 'abm_default'" in str(info.value)
 
 
 @pytest.mark.parametrize("bad", ["a/b", "..", ".", "a b", "x\ty", "id\n", "a\\b", ""])
 def test_path_segment_refuses_what_could_change_the_path(bad: str) -> None:
     with pytest.raises(ValueError, match="list_id"):
-        policy.path_segment(bad, "list_id")
+        path_segment(bad, "list_id")
 
 
 def test_path_segment_encodes_the_rest() -> None:
-    assert policy.path_segment("TACTIC_PERFORMANCE", "export_type") == "TACTIC_PERFORMANCE"
-    assert policy.path_segment("a?b#c%d", "list_id") == "a%3Fb%23c%25d"
+    assert path_segment("TACTIC_PERFORMANCE", "export_type") == "TACTIC_PERFORMANCE"
+    assert path_segment("a?b#c%d", "list_id") == "a%3Fb%23c%25d"
     with pytest.raises(ValueError, match="list_id must be a string"):
-        policy.path_segment(5, "list_id")
+        path_segment(5, "list_id")
 
 
 def test_query_encoding() -> None:
-    query = policy.encode_query(
+    query = encode_query(
         {"orderBy": "updateTime asc", "filter": "status=COMPLETE", "folderIds": ["a", "b"], "pageToken": None}
     )
     assert query == "orderBy=updateTime%20asc&filter=status%3DCOMPLETE&folderIds=a&folderIds=b"
 
 
-def test_loggable_url_drops_the_signature() -> None:
+def test_safe_url_drops_the_signature() -> None:
     url = "https://bucket.s3.amazonaws.com/exports/x.csv?X-Amz-Signature=abc&X-Amz-Credential=def"
-    assert policy.loggable_url(url) == "https://bucket.s3.amazonaws.com/exports/x.csv"
+    shown = safe_url(url)
+    assert shown == "https://bucket.s3.amazonaws.com/exports/x.csv?<redacted>"
+    assert "abc" not in shown and "def" not in shown
 
 
 # --- settings --------------------------------------------------------------------------------------
 
 
 def test_settings_defaults_and_bearer() -> None:
-    settings = policy.AbmSettings.from_connection(_conn(host=None))
+    settings = AbmSettings.from_connection(_conn(host=None))
     assert settings.base_url == "https://api.terminusplatform.com"
-    assert settings.budget == policy.RetryBudget(5, 60.0, 60.0)
+    assert settings.limits == Limits()
+    limits = settings.limits
+    assert (limits.max_attempts, limits.retry_max_wait, limits.request_timeout) == (5, 60.0, 60.0)
     assert settings.verify is True
     assert settings.auth_header() == {"Authorization": f"Bearer {KEY}"}
     assert KEY not in repr(settings)
 
 
 def test_hook_arguments_win_over_extra_and_form_keys_are_read() -> None:
-    conn = _conn(**{"extra__abm__max_attempts": "7", "max_wait": 12, "timeout": "", "verify": "/etc/ca.pem"})
-    settings = policy.AbmSettings.from_connection(conn, timeout=3)
-    assert settings.budget == policy.RetryBudget(7, 12.0, 3.0)
+    conn = _conn(
+        **{
+            "extra__abm__max_attempts": "7",
+            "retry_max_wait": 12,
+            "request_timeout": "",
+            "verify": "/etc/ca.pem",
+        }
+    )
+    settings = AbmSettings.from_connection(conn, request_timeout=3)
+    limits = settings.limits
+    assert (limits.max_attempts, limits.retry_max_wait, limits.request_timeout) == (7, 12.0, 3.0)
     assert settings.verify == "/etc/ca.pem"
-    assert policy.AbmSettings.from_connection(conn, max_attempts=2).budget.max_attempts == 2
-    assert policy.AbmSettings.from_connection(_conn(verify="false")).verify is False
+    assert AbmSettings.from_connection(conn, max_attempts=2).limits.max_attempts == 2
+    assert AbmSettings.from_connection(_conn(verify="false")).verify is False
+
+
+def test_deprecated_extra_names_still_work_and_warn() -> None:
+    """Connections saved for the previous release carry ``max_wait`` and ``timeout`` in their extra."""
+    conn = _conn(max_wait=12, extra__abm__timeout="4")
+    with pytest.warns(DeprecationWarning, match="'max_wait' is deprecated") as warned:
+        settings = AbmSettings.from_connection(conn)
+    assert any("'timeout' is deprecated" in str(w.message) for w in warned)
+    assert (settings.limits.retry_max_wait, settings.limits.request_timeout) == (12.0, 4.0)
+    new_wins = _conn(max_wait=12, retry_max_wait=7)
+    with pytest.warns(DeprecationWarning):
+        assert AbmSettings.from_connection(new_wins).limits.retry_max_wait == 7.0
+
+
+def test_deprecated_hook_arguments_still_work_and_warn(monkeypatch: pytest.MonkeyPatch) -> None:
+    from abm_provider.hooks.abm import AbmAsyncHook, AbmHook
+
+    conn = {"conn_type": "abm", "host": "https://api.example.com", "password": KEY}
+    monkeypatch.setenv("AIRFLOW_CONN_ABM_DEFAULT", json.dumps(conn))
+    with pytest.warns(DeprecationWarning) as warned:
+        hook = AbmHook(max_wait=3, timeout=4)
+    messages = [str(w.message) for w in warned]
+    assert any("'max_wait' is deprecated" in m for m in messages)
+    assert any("'timeout' is deprecated" in m for m in messages)
+    assert (hook.settings.limits.retry_max_wait, hook.settings.limits.request_timeout) == (3.0, 4.0)
+    with pytest.warns(DeprecationWarning, match="'max_wait' is deprecated"):
+        assert AbmAsyncHook(max_wait=3).hook_params == {"retry_max_wait": 3}
 
 
 def test_basic_auth_sends_the_key_as_user_name() -> None:
-    settings = policy.AbmSettings.from_connection(_conn(auth_type="Basic"))
-    import base64
-
+    settings = AbmSettings.from_connection(_conn(auth_type="Basic"))
     token = settings.auth_header()["Authorization"].removeprefix("Basic ")
     assert base64.b64decode(token).decode() == f"{KEY}:"
 
@@ -315,9 +372,10 @@ def test_basic_auth_sends_the_key_as_user_name() -> None:
     ("extra", "kwargs", "words"),
     [
         ({"max_attempts": "many"}, {}, "max_attempts must be a whole number"),
-        ({"max_attempts": 0}, {}, "max_attempts must be >= 1"),
-        ({}, {"max_wait": -1}, "max_wait must be a finite number >= 0"),
-        ({"timeout": 0}, {}, "timeout must be greater than 0"),
+        ({"max_attempts": 0}, {}, "max_attempts must be between 1 and"),
+        ({}, {"retry_max_wait": -1}, "retry_max_wait must be between 0 and"),
+        ({}, {"retry_max_wait": float("inf")}, "retry_max_wait must be between 0 and"),
+        ({"request_timeout": 0}, {}, "request_timeout must be between 0.01 and"),
         ({"auth_type": "digest"}, {}, "auth_type must be 'bearer' or 'basic'"),
         ({"verify": 3}, {}, "verify must be true, false or a CA bundle path"),
     ],
@@ -326,25 +384,24 @@ def test_bad_settings_name_the_setting_and_connection(
     extra: dict[str, Any], kwargs: dict[str, Any], words: str
 ) -> None:
     with pytest.raises(ValueError, match=words) as info:
-        policy.AbmSettings.from_connection(_conn(**extra), **kwargs)
+        AbmSettings.from_connection(_conn(**extra), **kwargs)
     assert "abm_test" in str(info.value)
 
 
 def test_missing_key_is_reported() -> None:
     with pytest.raises(ValueError, match="no API key"):
-        policy.AbmSettings.from_connection(_conn(password=None))
+        AbmSettings.from_connection(_conn(password=None))
 
 
 def test_transport_error_kinds() -> None:
-    redact = policy.Redactor([KEY])
-    before = policy.transport_error(
-        method="POST", path="/x", exc=OSError("refused"), sent=False, idempotent=False, redact=redact
-    )
-    after = policy.transport_error(
-        method="POST", path="/x", exc=TimeoutError(f"read {KEY}"), sent=True, idempotent=False, redact=redact
-    )
+    """What the transports raise for a request that got no answer, through the prepared request."""
+    pipe = _pipe()
+    create = pipe.prepare(Call("POST", "/x", body={"a": 1}, on_unknown="raise"))
+    before = create.fail("connect", "OSError: refused", False)
+    after = create.fail("lost", f"TimeoutError: read {KEY}")
     assert before.transient and not before.outcome_unknown and "could not connect" in str(before)
     assert after.transient and after.outcome_unknown and KEY not in str(after)
+    assert (before.kind, after.kind) == ("connect", "lost")
 
 
 def test_many_field_violations_are_summarised_in_the_message() -> None:

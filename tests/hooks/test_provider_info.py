@@ -67,7 +67,9 @@ def test_connection_type_matches_the_hook() -> None:
         "placeholders": form["placeholders"],
     }
     assert behaviour["relabeling"] == {"host": "Base URL", "password": "API key"}
-    assert {"max_attempts", "max_wait", "timeout", "verify", "auth_type"} <= set(conn_type["conn-fields"])
+    assert {"max_attempts", "retry_max_wait", "request_timeout", "max_pages", "verify", "auth_type"} <= set(
+        conn_type["conn-fields"]
+    )
 
 
 def test_package_import_stays_light() -> None:
@@ -115,14 +117,19 @@ def test_airflow_connections_test_against_the_emulator(tmp_path: Path, emulator:
     assert "not-the-key-7f3a9" not in refused
 
 
-@pytest.mark.parametrize("host", ["http://api.example.com", "ftp://x"])
-def test_connection_test_reports_an_unusable_connection(host: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("host", "rule"),
+    [("http://api.example.com", "use https://"), ("ftp://x", "scheme 'ftp'; only https is allowed")],
+)
+def test_connection_test_reports_an_unusable_connection(
+    host: str, rule: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(
         "AIRFLOW_CONN_ABM_BAD", json.dumps({"conn_type": "abm", "host": host, "password": "k"})
     )
     ok, message = AbmHook("abm_bad").test_connection()
     assert not ok
-    assert "abm_bad" in message and "https://" in message
+    assert "abm_bad" in message and rule in message
 
 
 def test_providers_manager_builds_the_connection_form() -> None:
@@ -132,6 +139,6 @@ def test_providers_manager_builds_the_connection_form() -> None:
     assert manager.field_behaviours["abm"]["relabeling"] == {"host": "Base URL", "password": "API key"}
     assert "login" in manager.field_behaviours["abm"]["hidden_fields"]
     widgets = {k for k in manager.connection_form_widgets if k.startswith("extra__abm__")}
-    assert widgets == {
-        f"extra__abm__{f}" for f in ("max_attempts", "max_wait", "timeout", "verify", "auth_type")
-    }
+    from abm_provider.connection import Limits
+
+    assert widgets == {f"extra__abm__{f}" for f in (*Limits.names(), "verify", "auth_type")}

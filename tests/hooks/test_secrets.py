@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import requests
 
 from abm_provider.exceptions import AbmApiError
-from abm_provider.hooks._policy import AbmSettings
-from abm_provider.hooks._transport import OriginBoundAuth
+from abm_provider.hooks._pipeline import Prepared
 from abm_provider.hooks.abm import AbmHook
 
 from .emulator_log import header, seen
@@ -30,7 +30,7 @@ def test_key_is_absent_from_logs_errors_and_storage_requests(
     abm: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    hook = AbmHook(max_wait=3)
+    hook = AbmHook(retry_max_wait=3)
     errors: list[str] = []
 
     assert hook.test_connection()[0]
@@ -91,23 +91,44 @@ def test_key_is_absent_from_logs_errors_and_storage_requests(
     assert any(abm.api_key in (header(e, "Authorization") or "") for e in api), "the API does get the key"
 
 
-def test_auth_is_bound_to_the_api_origin() -> None:
-    conn = type(
-        "C", (), {"conn_id": "c", "host": "https://api.example.com", "port": None, "password": "k-12345"}
-    )
-    conn.extra_dejson = {}
-    settings = AbmSettings.from_connection(conn)
-    auth = OriginBoundAuth(settings)
+class _RecordingTransport:
+    """Stands in for the hook's transport: records each request the download would send, sends none."""
 
-    def prepared(url: str) -> requests.PreparedRequest:
-        return requests.Request("GET", url, headers={"Authorization": "Bearer stale"}).prepare()
+    def __init__(self) -> None:
+        self.sent: list[Prepared] = []
 
-    assert auth(prepared("https://api.example.com/exports/v1/x")).headers["Authorization"] == "Bearer k-12345"
-    assert auth(prepared("https://api.example.com:443/x")).headers["Authorization"] == "Bearer k-12345"
-    for other in (
-        "https://bucket.s3.amazonaws.com/x",
-        "http://api.example.com/x",
-        "https://api.example.com:8443/x",
-    ):
-        assert "Authorization" not in auth(prepared(other)).headers
-    assert "k-12345" not in repr(auth)
+    @contextlib.contextmanager
+    def stream(self, prepared: Prepared, total: float | None = None) -> Iterator[Any]:
+        self.sent.append(prepared)
+        raise prepared.fail("tls", "not sent: recorded by the test")
+        yield  # pragma: no cover
+
+    def close(self) -> None:
+        pass
+
+
+def test_auth_is_bound_to_the_api_origin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A download link gets the key only on the API's own origin (scheme, host and port)."""
+    conn = {"conn_type": "abm", "host": "https://api.example.com", "password": "k-12345"}
+    monkeypatch.setenv("AIRFLOW_CONN_ABM_ORIGIN", json.dumps(conn))
+    hook = AbmHook("abm_origin")
+    recorder = _RecordingTransport()
+    hook._transport = recorder  # type: ignore[assignment]
+
+    def authorization(url: str) -> str | None:
+        recorder.sent.clear()
+        with pytest.raises(AbmApiError):
+            hook.download(url, io.BytesIO())
+        [prepared] = recorder.sent
+        return prepared.headers.get("Authorization")
+
+    assert authorization("https://api.example.com/exports/v1/x") == "Bearer k-12345"
+    assert authorization("https://api.example.com:443/x") == "Bearer k-12345"
+    for other in ("https://bucket.s3.amazonaws.com/x", "https://api.example.com:8443/x"):
+        assert authorization(other) is None
+    # Plain http to the API host is refused outright: nothing is sent, with or without the key.
+    recorder.sent.clear()
+    with pytest.raises(AbmApiError) as info:
+        hook.download("http://api.example.com/x", io.BytesIO())
+    assert info.value.kind == "unsafe_url" and recorder.sent == []
+    assert "k-12345" not in repr(hook.settings)

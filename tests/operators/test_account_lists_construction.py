@@ -6,13 +6,12 @@ import datetime
 
 import pytest
 
+from abm_provider.hooks._answers import folder_resource, list_resource
 from abm_provider.operators.account_lists import (
     AddAccountsToListOperator,
     CreateAccountListFolderOperator,
     CreateAccountListOperator,
     RemoveAccountsFromListOperator,
-    folder_resource,
-    list_resource,
 )
 
 
@@ -107,3 +106,27 @@ def test_list_endpoint_shapes_are_normalised_to_create_shapes():
     created_list = {"listId": "l1", "listName": "Top", "folderId": "f1"}
     assert list_resource(created_list) == created_list
     assert list_resource({"id": "l1", "displayName": "Top"}, "f9")["folderId"] == "f9"
+
+
+def test_request_settings_reach_the_hook():
+    op = CreateAccountListFolderOperator(
+        task_id="f",
+        folder_name="x",
+        max_attempts=2,
+        retry_max_wait=0.5,
+        request_timeout=7,
+        hook_params={"max_pages": 3},
+    )
+    assert op.get_hook().hook_params == {
+        "max_pages": 3,
+        "max_attempts": 2,
+        "retry_max_wait": 0.5,
+        "request_timeout": 7,
+    }
+
+
+def test_deprecated_max_wait_still_works_and_warns():
+    with pytest.warns(DeprecationWarning, match="max_wait is deprecated, use retry_max_wait"):
+        op = CreateAccountListFolderOperator(task_id="f", folder_name="x", max_wait=0.5)
+    assert op.retry_max_wait == 0.5
+    assert op.get_hook().hook_params["retry_max_wait"] == 0.5

@@ -42,7 +42,7 @@ from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
 
 ORG = "00D000000000001"
 GOOD_ACCOUNT = {"id": "001000000000001AAA", "crmOrgId": ORG}
-FAST = {"max_attempts": 1, "max_wait": 0.1}
+FAST = {"max_attempts": 1, "retry_max_wait": 0.1}
 
 
 @dataclass(frozen=True)
@@ -228,7 +228,10 @@ def test_loader_arguments_are_checked_at_parse_time(kwargs: dict[str, Any], frag
         ({"id": "e-1", "exportId": "TACTIC_PERFORMANCE", "state": "FAILED"}, "is FAILED, not COMPLETE"),
         ("e-1", "execution must be an execution dict (the sensor's XCom), got str"),
         ({"id": "e-1", "state": "COMPLETE"}, "No downloadUri"),
-        ({"id": "e-1", "state": "COMPLETE", "downloadUri": "file:///etc/passwd"}, "points at a local file"),
+        (
+            {"id": "e-1", "state": "COMPLETE", "downloadUri": "file:///etc/passwd"},
+            "has scheme 'file'; only https is allowed",
+        ),
     ],
     ids=["failed", "not_a_dict", "no_link", "local_file"],
 )

@@ -142,7 +142,7 @@ def test_a_killed_download_leaves_nothing_partial_and_the_rerun_completes(
         tmp_path,
         patch,
         _DOWNLOAD_BODY,
-        {"ti": ti, "execution": execution, "destination": str(target), "max_wait": 0.2, **options},
+        {"ti": ti, "execution": execution, "destination": str(target), "retry_max_wait": 0.2, **options},
     )
 
     # What a reader of the destination sees after the crash: nothing, or a whole file with its record.
@@ -159,7 +159,7 @@ def test_a_killed_download_leaves_nothing_partial_and_the_rerun_completes(
 
     context["ti"].try_number = 2
     result = DownloadExecutionCsvOperator(
-        task_id="download", execution=execution, destination=str(target), max_wait=0.2, **options
+        task_id="download", execution=execution, destination=str(target), retry_max_wait=0.2, **options
     ).execute(context)
 
     assert result["skipped"] is False and result["sha256"] == expected_sha

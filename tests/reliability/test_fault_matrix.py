@@ -32,7 +32,7 @@ CRM_ORG = "00D000000000001"
 ACCOUNTS = [{"id": f"001{i:012d}", "name": f"Account {i}", "crmOrgId": CRM_ORG} for i in range(1, 26)]
 REMOVED = ACCOUNTS[:10]
 #: Retry settings for every cell: short waits so the matrix is quick, enough attempts for one fault.
-RETRY = {"max_attempts": 3, "max_wait": 0.3, "request_timeout": 5.0}
+RETRY = {"max_attempts": 3, "retry_max_wait": 0.3, "request_timeout": 5.0}
 #: The delay cells shorten the request timeout below the injected delay.
 DELAY_TIMEOUT = 1.0
 DELAY_SECONDS = 1.6
@@ -113,7 +113,9 @@ def _hook(retry: dict[str, Any] | None = None) -> Any:
 
     retry = retry or RETRY
     return AbmHook(
-        max_attempts=retry["max_attempts"], max_wait=retry["max_wait"], timeout=retry["request_timeout"]
+        max_attempts=retry["max_attempts"],
+        retry_max_wait=retry["retry_max_wait"],
+        request_timeout=retry["request_timeout"],
     )
 
 
@@ -610,16 +612,16 @@ def _requests_to(abm: Any, operation: Operation) -> list[dict[str, Any]]:
 def _retry_for(fault: Fault) -> dict[str, Any]:
     """``RETRY``, with room for the waits two faults need.
 
-    A ``Retry-After`` longer than ``max_wait`` ends the call (by design), so that cell allows it. A
-    create that timed out waits ``min(timeout, max_wait)`` for the slow request to land before it
-    looks for it, so the delay cell's ``max_wait`` is not below its shortened timeout.
+    A ``Retry-After`` longer than ``retry_max_wait`` ends the call (by design), so that cell allows it.
+    A create that timed out waits ``min(request_timeout, retry_max_wait)`` for the slow request to land
+    before it looks for it, so the delay cell's ``retry_max_wait`` is not below its shortened timeout.
     """
     retry = dict(RETRY)
     if "retryAfter" in fault.spec:
-        retry["max_wait"] = float(fault.spec["retryAfter"])
+        retry["retry_max_wait"] = float(fault.spec["retryAfter"])
     if fault.spec["kind"] == "delay":
         retry["request_timeout"] = DELAY_TIMEOUT
-        retry["max_wait"] = DELAY_TIMEOUT
+        retry["retry_max_wait"] = DELAY_TIMEOUT
     return retry
 
 

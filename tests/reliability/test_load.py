@@ -80,7 +80,7 @@ async def test_fifty_deferred_sensors_in_one_event_loop_all_complete(
             updated_after=cut_off,
             poll_interval=0.5,
             deadline=time.time() + 120,
-            max_wait=1,
+            retry_max_wait=1,
         )
         for conn_id, _, export_type in pairs
     ]
@@ -156,7 +156,7 @@ def test_twenty_parallel_add_tasks_lose_no_account(
             batch_size=25,
             rejects_path=str(tmp_path / f"rejects_{task}.csv"),
             max_attempts=10,
-            max_wait=0.5,
+            retry_max_wait=0.5,
         )
         ti = SimpleNamespace(dag_id="abm_load", task_id=f"add_{task}", run_id="manual__load")
         context: Any = {"run_id": "manual__load", "ti": ti}

@@ -153,7 +153,7 @@ def test_both_example_dags_leave_the_key_nowhere(
     emulator.reset()
     warehouse = tmp_path / "warehouse.duckdb"
     _seed_targets(warehouse)
-    conn = {"conn_type": "abm", "host": emulator.base_url, "password": KEY, "extra": {"max_wait": 2}}
+    conn = {"conn_type": "abm", "host": emulator.base_url, "password": KEY, "extra": {"retry_max_wait": 2}}
     monkeypatch.setenv("AIRFLOW_CONN_ABM_DEFAULT", json.dumps(conn))
     monkeypatch.setenv(
         "AIRFLOW_CONN_ABM_WAREHOUSE", json.dumps({"conn_type": "duckdb", "host": str(warehouse)})
@@ -165,7 +165,7 @@ def test_both_example_dags_leave_the_key_nowhere(
     # defers and its trigger polls. Retries are provoked on the way.
     from abm_provider.hooks.abm import AbmHook
 
-    AbmHook(max_wait=2).create_export_job("TACTIC_PERFORMANCE", "0 5 * * *")
+    AbmHook(retry_max_wait=2).create_export_job("TACTIC_PERFORMANCE", "0 5 * * *")
     emulator.admin("DELETE", "/_admin/requests")
     firing = threading.Thread(target=_fire_once_polled, args=(emulator,), daemon=True)
     firing.start()
@@ -225,7 +225,7 @@ def _operator_errors(emulator: Any, tmp_path: Path) -> list[str]:
     context: Any = {"run_id": "manual__secrets", "ti": None}
     failing = [
         (
-            CreateAccountListFolderOperator(task_id="f", folder_name="x", max_attempts=2, max_wait=0.1),
+            CreateAccountListFolderOperator(task_id="f", folder_name="x", max_attempts=2, retry_max_wait=0.1),
             {"method": "POST", "path": "/accountLists/v2/folders", "kind": "status", "status": 401},
         ),
         (
@@ -234,7 +234,7 @@ def _operator_errors(emulator: Any, tmp_path: Path) -> list[str]:
                 export_type="TACTIC_PERFORMANCE",
                 schedule="0 5 * * *",
                 max_attempts=2,
-                max_wait=0.1,
+                retry_max_wait=0.1,
             ),
             {"method": "*", "path": "/exports/.*", "kind": "status", "status": 503, "count": 10},
         ),

@@ -1,313 +1,185 @@
-"""Streaming a download link into a file object, resuming after dropped connections.
+"""Streaming a download link into a file object: URL rules on every hop, resume after drops.
 
-A pre-signed link can be hundreds of megabytes, so the body is written chunk by chunk (memory is a
-few chunks) and hashed on the way; the writes run on a second thread (:mod:`._writer`). When the
-connection drops, the next attempt asks for the rest with ``Range`` and ``If-Match`` so a changed
-file is never stitched onto the old one's start; progress resets the failure count, so only
-repeated failures without progress end the download.
+A pre-signed link can be gigabytes, so the body is read chunk by chunk (memory is a few chunks),
+hashed and written while the next chunk arrives. Redirects are followed here, not by ``requests``,
+so each hop meets the URL rules and the hop count is bounded. When the connection drops, the next
+attempt asks for the rest with ``Range`` and ``If-Match`` so a changed file is never stitched onto
+the old one's start; progress resets the failure count, so only repeated failures without progress
+end the download. An attempt that reaches ``download_timeout`` counts as a failure even when it made
+progress, so a server trickling bytes cannot hold a worker for ever.
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, BinaryIO, NoReturn
-from urllib.parse import urlsplit
+from typing import Any, BinaryIO
+from urllib.parse import urljoin, urlsplit
 
 import requests
 import tenacity
 
 from abm_provider.exceptions import AbmApiError
-from abm_provider.hooks._policy import (
-    REQUEST_ID_HEADER,
-    AbmSettings,
-    BackoffWait,
-    Redactor,
-    RetryBudget,
-    api_error,
-    check_transport,
-    loggable_url,
-    should_retry,
-    transport_error,
-    url_origin,
-)
-from abm_provider.hooks._transport import innermost, request_was_sent, tls_error
+from abm_provider.hooks._pipeline import USER_AGENT, Answer, Call, ErrorBody, Pipeline, Prepared
+from abm_provider.hooks._transports import RequestsTransport
 from abm_provider.hooks._writer import OrderedWriter
 from abm_provider.models import DownloadResult
+from abm_provider.urls import UnsafeUrlError, check_url, safe_url, url_origin
+
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 
-@dataclass
-class _State:
-    """Progress of one download across its attempts."""
-
-    written: int = 0
-    total: int | None = None
-    etag: str | None = None
-    resumed: int = 0
-    failures: int = 0
-    started: bool = False
-
-    def __post_init__(self) -> None:
-        self.digest = hashlib.sha256()
-
-
-class ResumableDownload:
-    """One download with the hook's session (origin-bound auth), settings and retry budget."""
+class Download:
+    """One download of ``uri`` into ``fileobj`` through the sync transport and the connection's pipeline."""
 
     def __init__(
         self,
-        session: requests.Session,
-        settings: AbmSettings,
-        log: logging.Logger | Any,
-        log_retry: Callable[[tenacity.RetryCallState], None],
-    ) -> None:
-        self.session = session
-        self.settings = settings
-        self.log = log
-        self.log_retry = log_retry
-
-    def run(
-        self,
-        download_uri: str,
+        pipeline: Pipeline,
+        transport: RequestsTransport,
+        log: Any,
+        uri: str,
         fileobj: BinaryIO,
-        *,
-        chunk_size: int = 8 << 20,
-        on_progress: Callable[[int, int | None], None] | None = None,
-    ) -> DownloadResult:
-        """Stream ``download_uri`` into ``fileobj`` in ``chunk_size`` pieces, resuming after drops.
-
-        Memory stays at a few chunks whatever the file size. After a dropped connection the transfer
-        resumes with ``Range: bytes=<written>-`` and ``If-Match: <ETag>``; a failure that made
-        progress does not use up an attempt, so a long file survives many drops. The byte count is
-        checked against ``Content-Length``. A link on another origin than the API gets no
-        ``Authorization`` header. Raises ``AbmApiError(http_status=403)`` when the link has
-        expired (list the execution again for a fresh one) and ``http_status=412`` when the file
-        changed between attempts (start again with an empty file).
-        """
+        chunk_size: int,
+        on_progress: Callable[[int, int | None], None] | None,
+    ) -> None:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive number of bytes, got {chunk_size!r}")
-        if not isinstance(download_uri, str) or not download_uri:
-            raise ValueError(f"download_uri must be a URL, got {download_uri!r}")
-        check_transport(download_uri, what="download_uri")
-        settings = self.settings
-        budget = settings.budget
-        state = _State()
-        path = urlsplit(download_uri).path or "/"
+        self.pipeline, self.transport, self.log, self.limits = pipeline, transport, log, pipeline.limits
+        self.uri, self.fileobj, self.chunk_size, self.on_progress = uri, fileobj, chunk_size, on_progress
+        self.call = Call("GET", (urlsplit(uri).path or "/") if isinstance(uri, str) else repr(uri))
+        self.written = self.failures = self.resumed = 0
+        self.total: int | None = None
+        self.etag: str | None = None
+        self.started = False
+        self.digest = hashlib.sha256()
 
-        def stop(retry_state: tenacity.RetryCallState) -> bool:
-            return state.failures >= budget.max_attempts
-
-        retrying = tenacity.Retrying(
-            stop=stop,
-            wait=BackoffWait(budget.max_wait, attempt_of=lambda _: max(state.failures, 1)),
-            retry=tenacity.retry_if_exception(
-                lambda err: should_retry(err, budget=budget, may_repeat_uncertain=True)
-            ),
-            before_sleep=self.log_retry,
-            reraise=True,
-        )
-        self.log.info("Downloading %s", loggable_url(download_uri))
-        for attempt in retrying:
+    def run(self) -> DownloadResult:
+        self.pipeline.redact.learn(self.uri if isinstance(self.uri, str) else "")
+        self._check(self.uri, "download_uri")
+        self.log.info("Downloading %s", safe_url(self.uri))
+        policy = self.pipeline.retrying(self.log, failures=lambda: self.failures)
+        for attempt in tenacity.Retrying(**policy):
             with attempt:
-                before = state.written
+                before = self.written
                 try:
-                    self._once(download_uri, path, fileobj, chunk_size, on_progress, state, budget)
+                    self._attempt()
                 except AbmApiError as err:
-                    state.failures = 1 if state.written > before else state.failures + 1
-                    err.attempts = attempt.retry_state.attempt_number
+                    progressed = self.written > before and err.kind != "timeout"
+                    self.failures = 1 if progressed else self.failures + 1
                     raise
-        return DownloadResult(
-            bytes=state.written,
-            sha256=state.digest.hexdigest(),
-            etag=state.etag,
-            content_length=state.total,
-            resumed=state.resumed,
+        return DownloadResult(self.written, self.digest.hexdigest(), self.etag, self.total, self.resumed)
+
+    def _check(self, url: str, what: str) -> str:
+        try:
+            return check_url(url, what)
+        except UnsafeUrlError as err:
+            raise self.pipeline.failure(self.call, "unsafe_url", str(err), sent=False) from None
+
+    def _prepared(self, url: str, ends: float) -> Prepared:
+        headers = {"User-Agent": USER_AGENT, "Accept": "*/*", "Accept-Encoding": "identity"}
+        if url_origin(url) == self.pipeline.settings.origin:
+            headers.update(self.pipeline.settings.auth_header())
+        if self.started:
+            headers["Range"] = f"bytes={self.written}-"
+            if self.etag:
+                headers["If-Match"] = self.etag
+        limit = f"download_timeout={self.limits.download_timeout:g} s"
+
+        def fail(kind: str, text: str, sent: bool = True) -> AbmApiError:
+            text = f"the attempt passed {limit} ({text})" if kind == "timeout" else text
+            return self.pipeline.failure(self.call, kind, text, sent)
+
+        timeout = max(min(self.limits.request_timeout, ends - time.monotonic()), 0.01)
+        return Prepared(
+            "GET", url, self.call.path, headers, None, timeout, 0, self.limits.max_error_bytes, fail
         )
 
-    def _once(
-        self,
-        uri: str,
-        path: str,
-        fileobj: BinaryIO,
-        chunk_size: int,
-        on_progress: Callable[[int, int | None], None] | None,
-        state: _State,
-        budget: RetryBudget,
-    ) -> None:
-        settings = self.settings
-        redact = settings.redactor()
-        same_origin = url_origin(uri) == settings.origin
-        headers = {"Accept-Encoding": "identity", "Accept": "*/*"}
-        if state.started:
-            headers["Range"] = f"bytes={state.written}-"
-            if state.etag:
-                headers["If-Match"] = state.etag
-            state.resumed += 1
-            self.log.warning(
-                "Resuming download of %s at byte %d of %s", loggable_url(uri), state.written, state.total
-            )
-        try:
-            response = self.session.get(
-                uri,
-                headers=headers,
-                stream=True,
-                timeout=(budget.timeout, budget.timeout),
-                # per request: requests lets REQUESTS_CA_BUNDLE override a session's verify
-                verify=settings.verify,
-                allow_redirects=not same_origin,
-            )
-        except requests.exceptions.SSLError as exc:
-            raise tls_error("GET", path, exc, redact, settings.conn_id) from None
-        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
-            raise transport_error(
-                method="GET",
-                path=path,
-                exc=innermost(exc),
-                sent=request_was_sent(exc),
-                idempotent=True,
-                redact=redact,
-            ) from None
-        with response:
-            self._stream_body(response, uri, path, fileobj, chunk_size, on_progress, state, redact)
+    def _attempt(self) -> None:
+        """One request (and its redirect hops) within ``download_timeout``."""
+        if self.started:
+            self.resumed += 1
+            self.log.warning("Resuming download at byte %d of %s", self.written, self.total)
+        ends = time.monotonic() + self.limits.download_timeout
+        url, seen = self.uri, {self.uri}
+        for _hop in range(self.limits.max_redirects + 1):
+            prepared = self._prepared(url, ends)
+            with self.transport.stream(prepared, total=max(ends - time.monotonic(), 0.01)) as response:
+                location = response.headers.get("Location")
+                if response.status_code not in _REDIRECTS or not location:
+                    return self._body(response, prepared)
+            url = self._check(urljoin(url, location), f"the download's redirect from {safe_url(url)} to")
+            self.pipeline.redact.learn(url)
+            if url in seen:
+                raise self.pipeline.error(
+                    self.call, "redirect", f"the download redirects in a loop ({safe_url(url)})"
+                )
+            seen.add(url)
+        hops = f"the download redirected more than max_redirects={self.limits.max_redirects} times"
+        raise self.pipeline.error(self.call, "redirect", hops)
 
-    def _stream_body(
-        self,
-        response: requests.Response,
-        uri: str,
-        path: str,
-        fileobj: BinaryIO,
-        chunk_size: int,
-        on_progress: Callable[[int, int | None], None] | None,
-        state: _State,
-        redact: Redactor,
-    ) -> None:
-        request_id = response.headers.get(REQUEST_ID_HEADER) or response.headers.get("x-amz-request-id")
+    def _error(self, response: requests.Response) -> AbmApiError:
+        """An error answer from the storage origin, its body read only up to ``max_error_bytes``."""
         status = response.status_code
-        if status == 416 and state.total is not None and state.written == state.total:
+        if status == 412:
+            return self._changed()
+        body = response.raw.read(self.limits.max_error_bytes + 1, decode_content=False) or b""
+        try:
+            self.pipeline.interpret(self.call, Answer(status, response.headers, body))
+        except AbmApiError as err:
+            if status == 403:
+                err.message += " - the link has probably expired; read the execution again for a fresh one"
+            return err
+        raise AssertionError("an error status always raises")  # pragma: no cover
+
+    def _changed(self) -> AbmApiError:
+        message = (
+            f"the file changed after {self.written} bytes were written (ETag {self.etag}); "
+            "the download must start again with an empty file"
+        )
+        return self.pipeline.error(
+            self.call, "answer", message, 412, body=ErrorBody("FAILED_PRECONDITION", "", [])
+        )
+
+    def _body(self, response: requests.Response, prepared: Prepared) -> None:
+        status, headers = response.status_code, response.headers
+        if status == 416 and self.total is not None and self.written == self.total:
             return
         if status >= 300:
-            if status == 412:
-                _file_changed(path, state, request_id)
-            err = api_error(
-                method="GET",
-                path=path,
-                http_status=status,
-                body=response.content[:4096],
-                content_type=response.headers.get("Content-Type"),
-                request_id=request_id,
-                retry_after=response.headers.get("Retry-After"),
-                idempotent=True,
-                redact=redact,
-            )
-            if status == 403:
-                err.message += (
-                    " - the download link has probably expired; read the execution again for a fresh "
-                    "downloadUri"
-                )
-            raise err
-        etag = response.headers.get("ETag")
-        skip = 0
+            raise self._error(response)
         if status == 206:
-            start, total = _content_range(response.headers.get("Content-Range"))
-            if start is None or start > state.written:
-                raise AbmApiError(
-                    method="GET",
-                    path=path,
-                    http_status=206,
-                    status=None,
-                    message=f"asked to resume at byte {state.written}, the storage answered "
-                    f"Content-Range {response.headers.get('Content-Range')!r}",
-                    request_id=request_id,
-                )
-            skip = state.written - start
+            start, total = _content_range(headers.get("Content-Range"))
+            if start is None or start > self.written:
+                got = headers.get("Content-Range")
+                message = f"asked to resume at byte {self.written}, got Content-Range {got!r}"
+                raise self.pipeline.error(self.call, "malformed", message, status, headers)
+            skip = self.written - start
         else:
-            total = _int_header(response.headers.get("Content-Length"))
-            skip = state.written  # the origin ignored Range: drop what is already written
-        if state.started and state.etag and etag and etag != state.etag:
-            _file_changed(path, state, request_id)
-        if state.total is not None and total is not None and total != state.total:
-            _file_changed(path, state, request_id)
-        state.started = True
-        state.etag = state.etag or etag
-        state.total = state.total if state.total is not None else total
-        chunks = response.iter_content(chunk_size)
-        with OrderedWriter(fileobj) as out:
-            while True:
-                try:
-                    chunk = next(chunks)
-                except StopIteration:
-                    break
-                except requests.exceptions.RequestException as exc:
-                    raise transport_error(
-                        method="GET",
-                        path=path,
-                        exc=_DroppedAfter(state.written, state.total, innermost(exc)),
-                        sent=True,
-                        idempotent=True,
-                        redact=redact,
-                    ) from None
+            total, skip = self.pipeline.content_length(self.call, status, headers), self.written
+        etag = headers.get("ETag")
+        changed = self.etag and etag and etag != self.etag
+        if self.started and (changed or (None not in (self.total, total) and total != self.total)):
+            raise self._changed()
+        self.started = True
+        self.etag = self.etag or etag
+        self.total = self.total if self.total is not None else total
+        with OrderedWriter(self.fileobj) as out:
+            while chunk := response.raw.read(self.chunk_size, decode_content=False):
                 if skip:
                     dropped = min(skip, len(chunk))
-                    chunk = chunk[dropped:]
-                    skip -= dropped
+                    chunk, skip = chunk[dropped:], skip - dropped
                     if not chunk:
                         continue
                 out.write(chunk)
-                state.digest.update(chunk)
-                state.written += len(chunk)
-                if on_progress is not None:
-                    on_progress(state.written, state.total)
-        if state.total is not None and state.written != state.total:
-            if state.written > state.total:
-                raise AbmApiError(
-                    method="GET",
-                    path=path,
-                    http_status=status,
-                    status=None,
-                    message=f"received {state.written} bytes, more than the announced {state.total}",
-                    request_id=request_id,
-                )
-            raise transport_error(
-                method="GET",
-                path=path,
-                exc=_DroppedAfter(state.written, state.total, None),
-                sent=True,
-                idempotent=True,
-                redact=redact,
-            )
-
-
-class _DroppedAfter(Exception):
-    """Describes where a body ended early, for the error text."""
-
-    self_describing = True
-
-    def __init__(self, written: int, total: int | None, cause: BaseException | None) -> None:
-        detail = f"body ended after {written} of {total if total is not None else 'unknown'} bytes"
-        super().__init__(f"{detail} ({type(cause).__name__}: {cause})" if cause else detail)
-
-
-def _file_changed(path: str, state: _State, request_id: str | None) -> NoReturn:
-    raise AbmApiError(
-        method="GET",
-        path=path,
-        http_status=412,
-        status="FAILED_PRECONDITION",
-        message=(
-            f"the file changed after {state.written} bytes were written (ETag {state.etag}); "
-            "the download must start again with an empty file"
-        ),
-        request_id=request_id,
-    )
-
-
-def _int_header(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
+                self.digest.update(chunk)
+                self.written += len(chunk)
+                if self.total is not None and self.written > self.total:
+                    message = f"received {self.written} bytes, more than the announced {self.total}"
+                    raise self.pipeline.error(self.call, "malformed", message, status, headers)
+                if self.on_progress is not None:
+                    self.on_progress(self.written, self.total)
+        if self.total is not None and self.written < self.total:
+            raise prepared.fail("lost", f"body ended after {self.written} of {self.total} bytes")
 
 
 def _content_range(value: str | None) -> tuple[int | None, int | None]:
@@ -315,9 +187,5 @@ def _content_range(value: str | None) -> tuple[int | None, int | None]:
     if not value or not value.startswith("bytes "):
         return None, None
     span, _, total = value[6:].partition("/")
-    start, _, _ = span.partition("-")
-    try:
-        first = int(start)
-    except ValueError:
-        return None, None
-    return first, _int_header(total) if total != "*" else None
+    start = span.partition("-")[0]
+    return (int(start) if start.isdigit() else None), (int(total) if total.isdigit() else None)

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from airflow.sdk import BaseOperator, ObjectStoragePath
+from airflow.sdk import ObjectStoragePath
 from airflow.sdk.exceptions import AirflowFailException
 
 from abm_provider._collector import fewer_collections
@@ -40,6 +40,8 @@ from abm_provider.accounts import (
     open_file_source,
     rejects_location,
 )
+from abm_provider.exceptions import AbmApiError
+from abm_provider.operators._base import AbmBaseOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -53,26 +55,6 @@ _IF_EXISTS = ("reuse", "create", "fail")
 _FOLDER_ACCESS = ("FOLDER_ACCESS_UNSPECIFIED", "PUBLIC", "READ_ONLY")
 #: Most requests one add/remove task keeps open at once.
 MAX_IN_FLIGHT = 8
-
-
-class _AbmOperatorMixin:
-    """Connection and retry settings every operator here passes to :class:`AbmHook` unchanged."""
-
-    abm_conn_id: str
-    max_attempts: int | None
-    max_wait: float | None
-    request_timeout: float | None
-
-    def get_hook(self) -> AbmHook:
-        """A hook with this task's retry policy; the hook owns auth, retries and pagination."""
-        from abm_provider.hooks.abm import AbmHook
-
-        return AbmHook(
-            self.abm_conn_id,
-            max_attempts=self.max_attempts,
-            max_wait=self.max_wait,
-            timeout=self.request_timeout,
-        )
 
 
 def _check_if_exists(if_exists: str) -> None:
@@ -92,7 +74,7 @@ def _check_id(value: Any, name: str) -> None:
     hook refuses it too, but only when the first request is built, as a plain ``ValueError`` that
     Airflow retries in vain. Checking here fails the DAG at parse time, or the task without retries.
     """
-    from abm_provider.hooks._policy import path_segment
+    from abm_provider.urls import path_segment
 
     path_segment(value, name)
 
@@ -118,61 +100,13 @@ def _fail_on_bad_argument(check: Any, value: Any, name: str) -> None:
         raise AirflowFailException(str(err)) from err
 
 
-def _outcome_unknown(err: BaseException) -> bool:
-    """Whether a failed create may still have happened (a 5xx or a lost connection after sending).
-
-    Such a create is reconciled by listing again rather than re-posted, which could make a second
-    resource; a 4xx means the service refused it and nothing was created.
-    """
-    import requests
-
-    if isinstance(err, requests.RequestException):
-        return True
-    if not hasattr(err, "http_status"):
-        return False
-    status = err.http_status
-    return status is None or status >= 500
+def _raise_conflict(err: AbmApiError) -> None:
+    """``if_exists="fail"`` met an existing resource: no task retry can change that."""
+    if err.http_status == 409:
+        raise AirflowFailException(str(err)) from err
 
 
-def _oldest(items: Sequence[Mapping[str, Any]], *time_keys: str) -> Mapping[str, Any]:
-    """The earliest-created match: it is the one earlier runs have been reusing all along."""
-
-    def created(item: Mapping[str, Any]) -> str:
-        for key in time_keys:
-            value = item.get(key)
-            if value:
-                return str(value)
-        return "\uffff"
-
-    return min(items, key=created)
-
-
-def folder_resource(item: Mapping[str, Any]) -> dict[str, Any]:
-    """A folder in the create-response shape, from either the create or the list-endpoint shape.
-
-    The two endpoints name the same fields differently (``folderId``/``displayName`` against
-    ``uuid``/``name``); downstream tasks should not care which path produced the XCom.
-    """
-    return {
-        "folderId": item.get("folderId") or item.get("uuid") or item.get("id"),
-        "displayName": item.get("displayName") if "displayName" in item else item.get("name"),
-        "folderAccess": item.get("folderAccess"),
-    }
-
-
-def list_resource(item: Mapping[str, Any], folder_id: str | None = None) -> dict[str, Any]:
-    """An account list in the create-response shape (``listId``, ``listName``, ``folderId``)."""
-    name = item.get("listName")
-    if name is None:
-        name = item.get("displayName") if "displayName" in item else item.get("name")
-    return {
-        "listId": item.get("listId") or item.get("id"),
-        "listName": name,
-        "folderId": item.get("folderId") or folder_id,
-    }
-
-
-class CreateAccountListFolderOperator(_AbmOperatorMixin, BaseOperator):
+class CreateAccountListFolderOperator(AbmBaseOperator):
     """Create an account-list folder, or reuse the one of that name; XCom is the folder resource.
 
     :param folder_name: folder name (templated). Names need not be unique in the service, so with
@@ -181,27 +115,14 @@ class CreateAccountListFolderOperator(_AbmOperatorMixin, BaseOperator):
         the task when one exists.
     :param folder_access: ``PUBLIC`` (default), ``READ_ONLY`` or ``FOLDER_ACCESS_UNSPECIFIED``; used
         only when creating (an existing folder's access is not changed, a difference is logged).
-    :param abm_conn_id: connection of type ``abm``.
-    :param max_attempts: attempts per request on 429/5xx/connection errors (hook default if None).
-    :param max_wait: longest single back-off wait in seconds (hook default if None).
-    :param request_timeout: per-request timeout in seconds (hook default if None).
-    :return: ``{"folderId", "displayName", "folderAccess"}``.
+    :return: ``{"folderId", "displayName", "folderAccess"}``; the id is also pushed under the XCom
+        key ``folder_id``. Connection and request settings: :class:`AbmBaseOperator`.
     """
 
     template_fields: Sequence[str] = ("folder_name", "folder_access")
-    ui_color = "#e8f0fe"
 
     def __init__(
-        self,
-        *,
-        folder_name: str,
-        folder_access: str = "PUBLIC",
-        if_exists: IfExists = "reuse",
-        abm_conn_id: str = "abm_default",
-        max_attempts: int | None = None,
-        max_wait: float | None = None,
-        request_timeout: float | None = None,
-        **kwargs: Any,
+        self, *, folder_name: str, folder_access: str = "PUBLIC", if_exists: IfExists = "reuse", **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
         _check_if_exists(if_exists)
@@ -212,88 +133,35 @@ class CreateAccountListFolderOperator(_AbmOperatorMixin, BaseOperator):
         self.folder_name = folder_name
         self.folder_access = folder_access
         self.if_exists = if_exists
-        self.abm_conn_id = abm_conn_id
-        self.max_attempts = max_attempts
-        self.max_wait = max_wait
-        self.request_timeout = request_timeout
 
     def execute(self, context: Context) -> dict[str, Any]:
-        """Find by name through the folder listing, then create only if the policy says so."""
+        """The hook's create-or-reuse, with this task's policy."""
         _fail_on_bad_argument(_check_text, self.folder_name, "folder_name")
         _fail_on_bad_argument(_check_folder_access, self.folder_access, "folder_access")
-        hook = self.get_hook()
-        matches = [f for f in hook.iter_folders() if f.get("name") == self.folder_name]
-        if matches and self.if_exists == "fail":
-            ids = [folder_resource(m)["folderId"] for m in matches]
-            raise AirflowFailException(
-                f"Folder {self.folder_name!r} already exists: {ids} (if_exists='fail')"
-            )
-        if matches and self.if_exists == "reuse":
-            chosen = folder_resource(_oldest(matches, "createdMomentUtc", "createTime"))
-            if len(matches) > 1:
-                self.log.warning(
-                    "%d folders are named %r; reusing the oldest, %s",
-                    len(matches),
-                    self.folder_name,
-                    chosen["folderId"],
-                )
-            if chosen["folderAccess"] and chosen["folderAccess"] != self.folder_access:
-                self.log.info(
-                    "Existing folder %s has access %s, not %s; its access is left unchanged",
-                    chosen["folderId"],
-                    chosen["folderAccess"],
-                    self.folder_access,
-                )
-            self.log.info("Reusing folder %r: %s", self.folder_name, chosen["folderId"])
-            return chosen
-        known = {folder_resource(m)["folderId"] for m in matches}
         try:
-            created = hook.create_folder(self.folder_name, self.folder_access)
-        except Exception as err:
-            if not _outcome_unknown(err):
-                raise
-            late = [
-                f
-                for f in hook.iter_folders()
-                if f.get("name") == self.folder_name and folder_resource(f)["folderId"] not in known
-            ]
-            if len(late) != 1:
-                raise
-            self.log.warning("Creating folder failed (%s) but it was created; using it", err)
-            created = late[0]
-        resource = folder_resource(created)
-        self.log.info("Created folder %r: %s", self.folder_name, resource["folderId"])
-        return resource
+            folder = self.hook.ensure_folder(self.folder_name, self.folder_access, self.if_exists)
+        except AbmApiError as err:
+            _raise_conflict(err)
+            raise
+        self.push(context, folder_id=folder["folderId"])
+        return folder
 
 
-class CreateAccountListOperator(_AbmOperatorMixin, BaseOperator):
+class CreateAccountListOperator(AbmBaseOperator):
     """Create an account list in a folder, or reuse the list of that name there; XCom is the list.
 
     :param list_name: list name (templated); matched exactly, within ``folder_id`` only.
     :param folder_id: folder to create the list in (templated; typically
-        ``create_folder.output["folderId"]``).
+        ``create_folder.output["folder_id"]``).
     :param if_exists: ``"reuse"`` (default), ``"create"`` or ``"fail"``, as for the folder operator.
-    :param abm_conn_id: connection of type ``abm``.
-    :param max_attempts: attempts per request on 429/5xx/connection errors (hook default if None).
-    :param max_wait: longest single back-off wait in seconds (hook default if None).
-    :param request_timeout: per-request timeout in seconds (hook default if None).
-    :return: ``{"listId", "listName", "folderId"}``.
+    :return: ``{"listId", "listName", "folderId"}``; the id is also pushed under the XCom key
+        ``list_id``. Connection and request settings: :class:`AbmBaseOperator`.
     """
 
     template_fields: Sequence[str] = ("list_name", "folder_id")
-    ui_color = "#e8f0fe"
 
     def __init__(
-        self,
-        *,
-        list_name: str,
-        folder_id: str,
-        if_exists: IfExists = "reuse",
-        abm_conn_id: str = "abm_default",
-        max_attempts: int | None = None,
-        max_wait: float | None = None,
-        request_timeout: float | None = None,
-        **kwargs: Any,
+        self, *, list_name: str, folder_id: str, if_exists: IfExists = "reuse", **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
         _check_if_exists(if_exists)
@@ -304,56 +172,18 @@ class CreateAccountListOperator(_AbmOperatorMixin, BaseOperator):
         self.list_name = list_name
         self.folder_id = folder_id
         self.if_exists = if_exists
-        self.abm_conn_id = abm_conn_id
-        self.max_attempts = max_attempts
-        self.max_wait = max_wait
-        self.request_timeout = request_timeout
-
-    def _matches(self, hook: AbmHook) -> list[dict[str, Any]]:
-        return [
-            item
-            for item in hook.iter_account_lists(folder_ids=[self.folder_id])
-            if list_resource(item)["listName"] == self.list_name
-            and (item.get("folderId") in (None, self.folder_id))
-        ]
 
     def execute(self, context: Context) -> dict[str, Any]:
-        """Find by name among the folder's lists, then create only if the policy says so."""
+        """The hook's create-or-reuse, within the folder."""
         _fail_on_bad_argument(_check_text, self.list_name, "list_name")
         _fail_on_bad_argument(_check_text, self.folder_id, "folder_id")
-        hook = self.get_hook()
-        matches = self._matches(hook)
-        if matches and self.if_exists == "fail":
-            ids = [list_resource(m)["listId"] for m in matches]
-            raise AirflowFailException(
-                f"List {self.list_name!r} already exists in folder {self.folder_id}: {ids} (if_exists='fail')"
-            )
-        if matches and self.if_exists == "reuse":
-            chosen = list_resource(_oldest(matches, "createTime", "createdMomentUtc"), self.folder_id)
-            if len(matches) > 1:
-                self.log.warning(
-                    "%d lists in folder %s are named %r; reusing the oldest, %s",
-                    len(matches),
-                    self.folder_id,
-                    self.list_name,
-                    chosen["listId"],
-                )
-            self.log.info("Reusing list %r: %s", self.list_name, chosen["listId"])
-            return chosen
-        known = {list_resource(m)["listId"] for m in matches}
         try:
-            created = hook.create_account_list(self.list_name, self.folder_id)
-        except Exception as err:
-            if not _outcome_unknown(err):
-                raise
-            late = [m for m in self._matches(hook) if list_resource(m)["listId"] not in known]
-            if len(late) != 1:
-                raise
-            self.log.warning("Creating list failed (%s) but it was created; using it", err)
-            created = late[0]
-        resource = list_resource(created, self.folder_id)
-        self.log.info("Created list %r in folder %s: %s", self.list_name, self.folder_id, resource["listId"])
-        return resource
+            found = self.hook.ensure_list(self.list_name, self.folder_id, self.if_exists)
+        except AbmApiError as err:
+            _raise_conflict(err)
+            raise
+        self.push(context, list_id=found["listId"])
+        return found
 
 
 class _Progress:
@@ -393,7 +223,7 @@ class _Progress:
         )
 
 
-class _ListMembershipOperator(_AbmOperatorMixin, BaseOperator):
+class _ListMembershipOperator(AbmBaseOperator):
     """Shared streaming, validation, rejects and summary logic of the add and remove operators."""
 
     template_fields: Sequence[str] = (
@@ -446,10 +276,6 @@ class _ListMembershipOperator(_AbmOperatorMixin, BaseOperator):
         rejects_base: str | ObjectStoragePath | None = None,
         progress_interval: float = 5.0,
         max_in_flight: int = 2,
-        abm_conn_id: str = "abm_default",
-        max_attempts: int | None = None,
-        max_wait: float | None = None,
-        request_timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -522,10 +348,6 @@ class _ListMembershipOperator(_AbmOperatorMixin, BaseOperator):
         self.rejects_base = rejects_base
         self.progress_interval = progress_interval
         self.max_in_flight = max_in_flight
-        self.abm_conn_id = abm_conn_id
-        self.max_attempts = max_attempts
-        self.max_wait = max_wait
-        self.request_timeout = request_timeout
         # accounts is deliberately not a template field: rendering would run every account name
         # through Jinja (slow, and a name containing "{{" would be altered) and copy the whole list.
         # An XComArg still becomes an upstream dependency and is resolved in execute.

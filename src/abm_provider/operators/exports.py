@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal, cast
 from urllib.parse import urlsplit
 
-from airflow.sdk import BaseOperator, ObjectStoragePath
+from airflow.sdk import ObjectStoragePath
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from abm_provider.accounts import _safe_key, as_storage_path, default_state_dir
@@ -28,8 +28,6 @@ from abm_provider.download import (
     CsvToParquet,
     HashingSink,
     Progress,
-    UnsafeDownloadUriError,
-    check_download_uri,
     check_integrity,
     file_sha256,
     is_local,
@@ -37,17 +35,13 @@ from abm_provider.download import (
     local_path,
     md5_etag,
     read_manifest,
-    redact_uri,
     remove_manifest,
     remove_stale_temps,
     write_manifest,
 )
-from abm_provider.operators.account_lists import (
-    _AbmOperatorMixin,
-    _check_id,
-    _fail_on_bad_argument,
-    _is_deferred,
-)
+from abm_provider.operators._base import AbmBaseOperator, fail_if_final
+from abm_provider.operators.account_lists import _check_id, _fail_on_bad_argument, _is_deferred
+from abm_provider.urls import UnsafeUrlError, check_url, safe_url
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -56,16 +50,9 @@ if TYPE_CHECKING:
 
 ExportJobIfExists = Literal["ignore", "fail"]
 DownloadIfExists = Literal["skip", "overwrite"]
-#: 4xx answers that retrying the task cannot fix; anything else (429, 5xx, connection) may pass.
-_RETRYABLE_4XX = frozenset({408, 423, 425, 429})
 
 
-def _permanent(err: Exception) -> bool:
-    status = getattr(err, "http_status", None)
-    return status is not None and 400 <= status < 500 and status not in _RETRYABLE_4XX
-
-
-class CreateExportJobOperator(_AbmOperatorMixin, BaseOperator):
+class CreateExportJobOperator(AbmBaseOperator):
     """Create the export job of a type with a daily-or-slower schedule, or accept the existing one.
 
     :param export_type: export type (templated), e.g. ``TACTIC_PERFORMANCE`` or
@@ -76,29 +63,15 @@ class CreateExportJobOperator(_AbmOperatorMixin, BaseOperator):
     :param if_exists: ``"ignore"`` (default): a job of this type already existing (409) is success and
         is logged; ``"fail"``: the task fails if one exists. The API cannot read or change an existing
         job's schedule, so an existing job keeps whatever schedule it was created with.
-    :param abm_conn_id: connection of type ``abm``.
-    :param max_attempts: attempts per request on 429/5xx/connection errors (hook default if None).
-    :param max_wait: longest single back-off wait in seconds (hook default if None).
-    :param request_timeout: per-request timeout in seconds (hook default if None).
     :return: when created, the job resource (``type``, ``schedule``, ``createTime``, ``updateTime``)
         plus ``created: True``; when it already existed, ``{"type", "created": False,
-        "requested_schedule"}``.
+        "requested_schedule"}``. Connection and request settings: :class:`AbmBaseOperator`.
     """
 
     template_fields: Sequence[str] = ("export_type", "schedule")
-    ui_color = "#e8f0fe"
 
     def __init__(
-        self,
-        *,
-        export_type: str,
-        schedule: str,
-        if_exists: ExportJobIfExists = "ignore",
-        abm_conn_id: str = "abm_default",
-        max_attempts: int | None = None,
-        max_wait: float | None = None,
-        request_timeout: float | None = None,
-        **kwargs: Any,
+        self, *, export_type: str, schedule: str, if_exists: ExportJobIfExists = "ignore", **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
         if if_exists not in ("ignore", "fail"):
@@ -111,29 +84,9 @@ class CreateExportJobOperator(_AbmOperatorMixin, BaseOperator):
         self.export_type = export_type
         self.schedule = schedule
         self.if_exists = if_exists
-        self.abm_conn_id = abm_conn_id
-        self.max_attempts = max_attempts
-        self.max_wait = max_wait
-        self.request_timeout = request_timeout
-
-    @staticmethod
-    def job_exists(hook: AbmHook, export_type: str) -> bool:
-        """Whether a job of this type exists: its executions listing answers 200, not 404.
-
-        The API has no "read job" call; listing one execution is the cheapest question it answers.
-        """
-        from abm_provider.exceptions import AbmApiError
-
-        try:
-            next(iter(hook.iter_executions(export_type, page_size=1)), None)
-        except AbmApiError as err:
-            if err.http_status == 404:
-                return False
-            raise
-        return True
 
     def execute(self, context: Context) -> dict[str, Any]:
-        """Validate the schedule, then create; 409 is success or failure per ``if_exists``."""
+        """Validate the schedule, then the hook's create-or-accept."""
         from abm_provider.exceptions import AbmApiError
 
         _fail_on_bad_argument(_check_id, self.export_type, "export_type")
@@ -141,58 +94,11 @@ class CreateExportJobOperator(_AbmOperatorMixin, BaseOperator):
             schedule = validate_schedule(self.schedule)
         except InvalidScheduleError as err:
             raise AirflowFailException(str(err)) from err
-        hook = self.get_hook()
-        if self.if_exists == "fail" and self.job_exists(hook, self.export_type):
-            raise AirflowFailException(
-                f"An export job of type {self.export_type} already exists in this account "
-                "(if_exists='fail'); the service allows one per type"
-            )
         try:
-            job = hook.create_export_job(self.export_type, schedule)
+            return self.hook.ensure_export_job(self.export_type, schedule, self.if_exists)
         except AbmApiError as err:
-            if err.http_status == 409 and self.if_exists == "fail" and err.attempts > 1:
-                # The job was absent a moment ago and the hook re-posted after an uncertain failure:
-                # the 409 is our own earlier attempt having created it.
-                self.log.warning(
-                    "Creating the %s export job answered 409 after a retry; an earlier attempt created it",
-                    self.export_type,
-                )
-                return {"type": self.export_type, "schedule": schedule, "created": True}
-            if err.http_status == 409:
-                return self._already_exists(schedule, err)
-            answer_lost = err.outcome_unknown or err.http_status is None or err.http_status >= 500
-            # The create may have happened although its answer was lost; the executions listing says.
-            if answer_lost and self.job_exists(hook, self.export_type):
-                self.log.warning(
-                    "Creating the %s export job failed (%s) but the job exists now; treating it as created",
-                    self.export_type,
-                    err,
-                )
-                return {"type": self.export_type, "schedule": schedule, "created": True}
-            if _permanent(err):
-                raise AirflowFailException(
-                    f"The service refused export job {self.export_type} with schedule {schedule!r}: {err}"
-                ) from err
+            fail_if_final(err, f"Export job {self.export_type} with schedule {schedule!r}")
             raise
-        resource = dict(job) if isinstance(job, Mapping) else {}
-        resource.setdefault("type", self.export_type)
-        resource.setdefault("schedule", schedule)
-        resource["created"] = True
-        self.log.info("Created export job %s with schedule %r", self.export_type, resource["schedule"])
-        return resource
-
-    def _already_exists(self, schedule: str, err: Exception) -> dict[str, Any]:
-        if self.if_exists == "fail":
-            raise AirflowFailException(
-                f"An export job of type {self.export_type} already exists (if_exists='fail'): {err}"
-            ) from err
-        self.log.info(
-            "Export job %s already exists; keeping it. Its schedule is whatever it was created with "
-            "(the API cannot read or change it); requested %r",
-            self.export_type,
-            schedule,
-        )
-        return {"type": self.export_type, "created": False, "requested_schedule": schedule}
 
 
 def _uri_stem(uri: str) -> str:
@@ -203,7 +109,7 @@ def _uri_stem(uri: str) -> str:
     return _safe_key(name)
 
 
-class DownloadExecutionCsvOperator(_AbmOperatorMixin, BaseOperator):
+class DownloadExecutionCsvOperator(AbmBaseOperator):
     """Download an execution's CSV to a file, atomically and checked; XCom is a summary, not the data.
 
     Give ``execution`` (the sensor's XCom: a dict with ``id``, ``exportId``, ``downloadUri``) or
@@ -244,10 +150,8 @@ class DownloadExecutionCsvOperator(_AbmOperatorMixin, BaseOperator):
         continues the same file (``If-Match``).
     :param chunk_size: bytes per read; memory stays around a few chunks whatever the file size.
     :param progress_interval: seconds between progress log lines (bytes, percentage, rate).
-    :param abm_conn_id: connection of type ``abm`` (used to renew links; never sent to storage).
-    :param max_attempts: attempts per request on 429/5xx/connection errors (hook default if None).
-    :param max_wait: longest single back-off wait in seconds (hook default if None).
-    :param request_timeout: per-request timeout in seconds (hook default if None).
+    :param abm_conn_id: connection of type ``abm`` (used to renew links; never sent to storage);
+        request settings as in :class:`AbmBaseOperator` (``download_timeout`` in ``hook_params``).
     :return: ``{"path", "bytes", "sha256", "execution_id", "export_type", "format", "rows", "etag",
         "resumed", "update_time", "skipped"}``. ``path`` is an OS path for local files, a URL
         otherwise; ``bytes``/``sha256`` describe the downloaded CSV as the origin served it;
@@ -278,10 +182,6 @@ class DownloadExecutionCsvOperator(_AbmOperatorMixin, BaseOperator):
         etag_is_md5: bool = False,
         chunk_size: int = 8 << 20,
         progress_interval: float = 10.0,
-        abm_conn_id: str = "abm_default",
-        max_attempts: int | None = None,
-        max_wait: float | None = None,
-        request_timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -296,7 +196,7 @@ class DownloadExecutionCsvOperator(_AbmOperatorMixin, BaseOperator):
         if destination is not None and base is not None:
             raise ValueError("give destination (a file) or base (a folder), not both")
         if isinstance(download_uri, str) and "{{" not in download_uri:
-            check_download_uri(download_uri)
+            check_url(download_uri, "download_uri")
         self.execution = execution
         self.download_uri = download_uri
         self.execution_id = execution_id
@@ -308,10 +208,6 @@ class DownloadExecutionCsvOperator(_AbmOperatorMixin, BaseOperator):
         self.etag_is_md5 = etag_is_md5
         self.chunk_size = chunk_size
         self.progress_interval = progress_interval
-        self.abm_conn_id = abm_conn_id
-        self.max_attempts = max_attempts
-        self.max_wait = max_wait
-        self.request_timeout = request_timeout
 
     # -- inputs ----------------------------------------------------------------------------------
 
@@ -354,7 +250,7 @@ class DownloadExecutionCsvOperator(_AbmOperatorMixin, BaseOperator):
         from abm_provider.exceptions import AbmApiError
 
         execution, uri, execution_id, export_type = self._inputs()
-        hook = self.get_hook()
+        hook = self.hook
         if not uri:
             if not (export_type and execution_id):
                 raise AirflowFailException(
@@ -362,8 +258,8 @@ class DownloadExecutionCsvOperator(_AbmOperatorMixin, BaseOperator):
                 )
             uri = self._fresh_uri(hook, export_type, execution_id)
         try:
-            uri = check_download_uri(uri)
-        except UnsafeDownloadUriError as err:
+            uri = check_url(uri, "downloadUri")
+        except UnsafeUrlError as err:
             raise AirflowFailException(str(err)) from err
         target = self.target(context, execution_id, uri)
         fmt = "parquet" if self.to_parquet else "csv"
@@ -399,7 +295,7 @@ class DownloadExecutionCsvOperator(_AbmOperatorMixin, BaseOperator):
                     err.http_status,
                     "link expired" if err.http_status == 403 else "file changed",
                 )
-                uri = check_download_uri(self._fresh_uri(hook, export_type, execution_id))
+                uri = self._fresh_uri(hook, export_type, execution_id)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _fresh_uri(self, hook: AbmHook, export_type: str, execution_id: str) -> str:
@@ -472,7 +368,7 @@ class DownloadExecutionCsvOperator(_AbmOperatorMixin, BaseOperator):
         export_type: str | None,
     ) -> dict[str, Any]:
         """One download into a temporary file; published only when complete and checked."""
-        label = f"Download of execution {execution_id or redact_uri(uri)}"
+        label = f"Download of execution {execution_id or safe_url(uri)}"
         self.log.info("%s to %s", label, target)
         stale = remove_stale_temps(target)
         if stale:
@@ -557,7 +453,7 @@ class DownloadExecutionCsvOperator(_AbmOperatorMixin, BaseOperator):
                 "file_sha256": file_sha,
                 "rows": rows,
                 "etag": result.etag,
-                "source": redact_uri(uri),
+                "source": safe_url(uri),
             },
         )
         self.log.info(

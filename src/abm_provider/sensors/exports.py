@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import (
     AirflowSkipException,
 )
 
+from abm_provider.operators._base import AbmHookSettings
 from abm_provider.triggers.exports import (
     ExecutionCompleteTrigger,
     Verdict,
@@ -32,8 +33,6 @@ from abm_provider.triggers.exports import (
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from abm_provider.hooks.abm import AbmHook
-
 
 def _default_deferrable() -> bool:
     """``[operators] default_deferrable``, as every deferrable operator in Airflow reads it."""
@@ -42,7 +41,7 @@ def _default_deferrable() -> bool:
     return conf.getboolean("operators", "default_deferrable", fallback=False)
 
 
-class ExecutionCompleteSensor(BaseSensorOperator):
+class ExecutionCompleteSensor(AbmHookSettings, BaseSensorOperator):
     """Wait until an execution of ``export_type`` is COMPLETE; XCom is that execution.
 
     The XCom value is the execution as the service returned it (``id``, ``exportId``, ``state``,
@@ -60,10 +59,11 @@ class ExecutionCompleteSensor(BaseSensorOperator):
         while deferred.
     :param abm_conn_id: connection of type ``abm``.
     :param max_attempts: attempts per request on 429/5xx/connection errors (hook default if None).
-    :param max_wait: longest single back-off wait in seconds (hook default if None); named
-        ``max_wait`` in the hook, passed here as ``request_max_wait`` because ``max_wait`` is the
-        sensor's own cap on exponential back-off between pokes.
-    :param request_timeout: per-request timeout in seconds (hook default if None).
+    :param retry_max_wait: longest single back-off wait between a request's attempts in seconds
+        (hook default if None); ``max_wait`` is the sensor's own cap on back-off between pokes.
+        ``request_max_wait`` is its deprecated name.
+    :param request_timeout: total deadline of one request in seconds (hook default if None).
+    :param hook_params: any other hook setting (``max_pages``...), see the README's connection table.
 
     Errors the hook still sees after its retries (the service down for longer than the back-off) do
     not fail the sensor: it logs them and looks again at the next poke, within ``timeout``. Errors
@@ -81,31 +81,27 @@ class ExecutionCompleteSensor(BaseSensorOperator):
         deferrable: bool | None = None,
         abm_conn_id: str = "abm_default",
         max_attempts: int | None = None,
-        request_max_wait: float | None = None,
+        retry_max_wait: float | None = None,
         request_timeout: float | None = None,
+        hook_params: dict[str, Any] | None = None,
+        request_max_wait: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.set_hook_settings(
+            abm_conn_id,
+            max_attempts,
+            retry_max_wait,
+            request_timeout,
+            hook_params,
+            request_max_wait=request_max_wait,
+        )
         if not export_type:
             raise ValueError("export_type is empty")
         self.export_type = export_type
         self.updated_after = updated_after
         self.deferrable = _default_deferrable() if deferrable is None else bool(deferrable)
-        self.abm_conn_id = abm_conn_id
-        self.max_attempts = max_attempts
-        self.request_max_wait = request_max_wait
-        self.request_timeout = request_timeout
-
-    def get_hook(self) -> AbmHook:
-        """A hook with this task's retry policy."""
-        from abm_provider.hooks.abm import AbmHook
-
-        return AbmHook(
-            self.abm_conn_id,
-            max_attempts=self.max_attempts,
-            max_wait=self.request_max_wait,
-            timeout=self.request_timeout,
-        )
+        self._deadline: float | None = None
 
     def _cutoff(self) -> datetime | None:
         try:
@@ -124,8 +120,13 @@ class ExecutionCompleteSensor(BaseSensorOperator):
     def check(self) -> Verdict:
         """One look at the executions, newest first, reading only the pages the answer needs."""
         hook = self.get_hook()
-        executions = hook.iter_executions(self.export_type, order_by="updateTime desc")
-        return select_execution(executions, self.export_type, self._cutoff())
+        try:
+            executions = hook.iter_executions(
+                self.export_type, order_by="updateTime desc", deadline=self._deadline
+            )
+            return select_execution(executions, self.export_type, self._cutoff())
+        finally:
+            hook.close()
 
     def poke(self, context: Context) -> PokeReturnValue:
         """Done with the COMPLETE execution as XCom; raise on a FAILED one; else not yet."""
@@ -155,9 +156,11 @@ class ExecutionCompleteSensor(BaseSensorOperator):
 
     def execute(self, context: Context) -> Any:
         """Poke/reschedule through the base class; deferrable: look once, then defer to the trigger."""
+        started = time.time()
+        # One look reads pages only until the sensor's own timeout, not only between pokes.
+        self._deadline = started + self.timeout
         if not self.deferrable:
             return super().execute(context)
-        started = time.time()
         done = self.poke(context)
         if done.is_done:
             return done.xcom_value
@@ -169,7 +172,7 @@ class ExecutionCompleteSensor(BaseSensorOperator):
             poll_interval=max(self.poke_interval, 1.0),
             deadline=deadline,
             max_attempts=self.max_attempts,
-            max_wait=self.request_max_wait,
+            retry_max_wait=self.retry_max_wait,
             request_timeout=self.request_timeout,
         )
         self.log.info(

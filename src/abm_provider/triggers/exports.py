@@ -33,8 +33,6 @@ COMPLETE_STATE = "COMPLETE"
 #: Terminal states that mean no file will come; only FAILED is in the service's rules, the others are
 #: accepted because the real service may name a cancellation differently.
 FAILED_STATES = frozenset({"FAILED", "CANCELLED", "CANCELED", "EXPIRED"})
-#: HTTP statuses worth polling again after the hook's own retries gave up: the service will recover.
-RETRYABLE_STATUSES = frozenset({408, 423, 425, 429, 500, 502, 503, 504})
 
 Outcome = Literal["success", "failed", "waiting"]
 
@@ -197,24 +195,10 @@ def is_retryable(err: BaseException) -> bool:
     """Whether an error after the hook's own retries is still worth polling again for.
 
     The hook retries 429/5xx and dropped connections itself; if the service is still unavailable when
-    it gives up, a sensor that has hours left should keep waiting rather than fail. A 4xx (wrong key,
-    unknown job type) will not fix itself and ends the wait.
+    it gives up, a sensor that has hours left should keep waiting rather than fail. What the hook
+    classes as final (401, 404 for an unknown job type, a listing that would not end) ends the wait.
     """
-    if hasattr(err, "http_status"):
-        status = err.http_status
-        return status is None or status in RETRYABLE_STATUSES
-    if isinstance(err, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
-        return True
-    import aiohttp
-    import requests
-
-    if isinstance(err, aiohttp.ClientResponseError):
-        return err.status in RETRYABLE_STATUSES
-    if isinstance(err, aiohttp.ClientError):
-        return True
-    if isinstance(err, requests.HTTPError) and err.response is not None:
-        return err.response.status_code in RETRYABLE_STATUSES
-    return isinstance(err, requests.RequestException)
+    return bool(getattr(err, "transient", False))
 
 
 class ExecutionCompleteTrigger(BaseTrigger):
@@ -233,8 +217,12 @@ class ExecutionCompleteTrigger(BaseTrigger):
     :param poll_interval: seconds between polls.
     :param deadline: POSIX time (seconds) after which a ``timeout`` event is sent; ``None``: no limit.
     :param max_attempts: attempts per request (hook default if None).
-    :param max_wait: longest single back-off wait in seconds (hook default if None).
-    :param request_timeout: per-request timeout in seconds (hook default if None).
+    :param retry_max_wait: longest single back-off wait in seconds (hook default if None); a trigger
+        serialized by the previous release passes it as ``max_wait``, still accepted.
+    :param request_timeout: total deadline of one request in seconds (hook default if None).
+
+    The deadline is also checked between the pages of one look, so a service that keeps handing out
+    pages cannot hold the trigger past it.
     """
 
     def __init__(
@@ -246,8 +234,9 @@ class ExecutionCompleteTrigger(BaseTrigger):
         poll_interval: float = 60.0,
         deadline: float | None = None,
         max_attempts: int | None = None,
-        max_wait: float | None = None,
+        retry_max_wait: float | None = None,
         request_timeout: float | None = None,
+        max_wait: float | None = None,
     ) -> None:
         super().__init__()
         if poll_interval <= 0:
@@ -260,7 +249,8 @@ class ExecutionCompleteTrigger(BaseTrigger):
         self.poll_interval = float(poll_interval)
         self.deadline = None if deadline is None else float(deadline)
         self.max_attempts = max_attempts
-        self.max_wait = max_wait
+        # max_wait: the name a trigger serialized by the previous release carries.
+        self.retry_max_wait = retry_max_wait if retry_max_wait is not None else max_wait
         self.request_timeout = request_timeout
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -274,7 +264,7 @@ class ExecutionCompleteTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
                 "max_attempts": self.max_attempts,
-                "max_wait": self.max_wait,
+                "retry_max_wait": self.retry_max_wait,
                 "request_timeout": self.request_timeout,
             },
         )
@@ -285,14 +275,19 @@ class ExecutionCompleteTrigger(BaseTrigger):
         return AbmAsyncHook(
             self.abm_conn_id,
             max_attempts=self.max_attempts,
-            max_wait=self.max_wait,
-            timeout=self.request_timeout,
+            retry_max_wait=self.retry_max_wait,
+            request_timeout=self.request_timeout,
         )
 
     async def check_once(self, hook: AbmAsyncHook) -> Verdict:
         """One look at the executions, newest first, reading only as many pages as the answer needs."""
-        executions = hook.iter_executions(self.export_type, order_by="updateTime desc")
+        executions = hook.iter_executions(
+            self.export_type, order_by="updateTime desc", deadline=self.deadline
+        )
         return await select_execution_async(executions, self.export_type, self._cutoff)
+
+    def _past_deadline(self) -> bool:
+        return self.deadline is not None and time.time() >= self.deadline
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Poll until a terminal verdict, a non-retryable error or the deadline; yield one event."""
@@ -303,7 +298,9 @@ class ExecutionCompleteTrigger(BaseTrigger):
                 try:
                     verdict = await self.check_once(hook)
                 except Exception as err:
-                    if not is_retryable(err):
+                    # The deadline passing between pages ends the look; the timeout event follows.
+                    past = getattr(err, "kind", None) == "timeout" and self._past_deadline()
+                    if not past and not is_retryable(err):
                         yield TriggerEvent(
                             {
                                 "status": "error",
@@ -312,11 +309,12 @@ class ExecutionCompleteTrigger(BaseTrigger):
                             }
                         )
                         return
-                    self.log.warning(
-                        "Polling %s executions failed after the hook's retries (%s); polling again",
-                        self.export_type,
-                        err,
-                    )
+                    if not past:
+                        self.log.warning(
+                            "Polling %s executions failed after the hook's retries (%s); polling again",
+                            self.export_type,
+                            err,
+                        )
                 else:
                     if verdict.outcome == "success":
                         yield TriggerEvent({"status": "success", "execution": verdict.execution})
@@ -332,7 +330,7 @@ class ExecutionCompleteTrigger(BaseTrigger):
                 wait = self.poll_interval
                 if self.deadline is not None:
                     remaining = self.deadline - time.time()
-                    if remaining <= 0:
+                    if self._past_deadline():
                         when = datetime.fromtimestamp(self.deadline, timezone.utc).isoformat()
                         message = (
                             f"No COMPLETE {self.export_type} execution by the sensor's deadline ({when}); "

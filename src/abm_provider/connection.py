@@ -1,0 +1,260 @@
+"""What a hook reads from its connection: base URL, key, TLS, and the bounds of every request.
+
+One table (:class:`Limits`) names each bound once; the connection extra, the hook's keyword
+arguments and the operators' ``hook_params`` all use these names, and each value is checked here,
+with an error that names the connection and the setting.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
+
+from abm_provider.urls import DEFAULT_BASE_URL, Redactor, normalise_base_url, url_origin
+
+AuthType = Literal["bearer", "basic"]
+#: Names an earlier release used for a setting, accepted for one release with a DeprecationWarning.
+RENAMED_SETTINGS = {"max_wait": "retry_max_wait", "timeout": "request_timeout"}
+
+
+def _bound(
+    label: str, help: str, low: float, high: float = math.inf, *, whole: bool = False
+) -> dict[str, Any]:
+    return {"label": label, "help": help, "low": low, "high": high, "whole": whole}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Every bound a hook puts on one call; the README's connection table documents each one."""
+
+    max_attempts: int = field(
+        default=5,
+        metadata=_bound(
+            "Max attempts", "Attempts per call on 429/423/5xx/lost connections.", 1, 100, whole=True
+        ),
+    )
+    retry_max_wait: float = field(
+        default=60.0,
+        metadata=_bound(
+            "Longest retry wait (s)",
+            "Longest single back-off wait in seconds; a longer Retry-After ends the call.",
+            0,
+            86400,
+        ),
+    )
+    request_timeout: float = field(
+        default=60.0,
+        metadata=_bound(
+            "Request deadline (s)",
+            "Total deadline of one API attempt in seconds: connect, headers and body together.",
+            0.01,
+            86400,
+        ),
+    )
+    download_timeout: float = field(
+        default=3600.0,
+        metadata=_bound(
+            "Download deadline (s)",
+            "Total deadline of one download attempt in seconds (a stalled read ends at request_timeout).",
+            0.01,
+            7 * 86400,
+        ),
+    )
+    max_pages: int = field(
+        default=1000,
+        metadata=_bound("Max pages per listing", "Pages one listing may read.", 1, 10**6, whole=True),
+    )
+    page_token_memory: int = field(
+        default=1000,
+        metadata=_bound(
+            "Page tokens remembered",
+            "Recent page tokens the repeated-token guard remembers.",
+            1,
+            10**6,
+            whole=True,
+        ),
+    )
+    max_error_bytes: int = field(
+        default=64 << 10,
+        metadata=_bound(
+            "Error body bytes read",
+            "Bytes of an error body read; the rest is discarded unread.",
+            0,
+            64 << 10,
+            whole=True,
+        ),
+    )
+    max_response_bytes: int = field(
+        default=32 << 20,
+        metadata=_bound(
+            "Largest answer (bytes)", "Largest JSON answer read, in bytes.", 1024, 1 << 30, whole=True
+        ),
+    )
+    max_json_depth: int = field(
+        default=32,
+        metadata=_bound(
+            "Deepest JSON nesting", "Deepest JSON nesting accepted in an answer.", 2, 500, whole=True
+        ),
+    )
+    max_redirects: int = field(
+        default=5,
+        metadata=_bound("Download redirects", "Redirect hops a download follows.", 0, 20, whole=True),
+    )
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def read(cls, given: Mapping[str, Any], extra: Mapping[str, Any], where: str) -> Limits:
+        """Hook arguments (``given``) win over the connection extra; ``None`` means "not set"."""
+        values: dict[str, Any] = {}
+        for spec in fields(cls):
+            value = given.get(spec.name)
+            if value is None:
+                value = extra.get(spec.name)
+            if value is not None:
+                bounds = {k: spec.metadata[k] for k in ("low", "high", "whole")}
+                values[spec.name] = _number(value, spec.name, where, **bounds)
+        return cls(**values)
+
+
+def conn_fields() -> dict[str, Any]:
+    """The connection form's fields for the request settings, from the one table above."""
+    form: dict[str, Any] = {}
+    for spec in fields(Limits):
+        kind = "integer" if spec.metadata["whole"] else "number"
+        schema: dict[str, Any] = {"type": [kind, "null"], "minimum": spec.metadata["low"]}
+        if math.isfinite(spec.metadata["high"]):
+            schema["maximum"] = spec.metadata["high"]
+        help_text = f"{spec.metadata['help']} Default {spec.default}."
+        form[spec.name] = {"label": spec.metadata["label"], "description": help_text, "schema": schema}
+    return form
+
+
+def _number(value: Any, name: str, where: str, *, low: float, high: float, whole: bool) -> int | float:
+    kind = "a whole number" if whole else "a number"
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = float(value)
+        if whole and number != int(number):
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{where}: {name} must be {kind}, got {value!r}") from None
+    if not (low <= number <= high):
+        raise ValueError(f"{where}: {name} must be between {low:g} and {high:g}, got {value!r}")
+    return int(number) if whole else number
+
+
+def renamed(given: Mapping[str, Any], owner: str) -> dict[str, Any]:
+    """``given`` with settings under their old names moved to the new ones, warning once per name."""
+    result = dict(given)
+    for old, new in RENAMED_SETTINGS.items():
+        if result.get(old) is not None:
+            warnings.warn(
+                f"{owner}: {old!r} is deprecated, use {new!r} (the old name goes in the next release)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            if result.get(new) is None:
+                result[new] = result[old]
+        result.pop(old, None)
+    return result
+
+
+@dataclass(frozen=True)
+class AbmSettings:
+    """Everything a hook needs from the connection, checked once; ``repr`` leaves the key out."""
+
+    conn_id: str
+    base_url: str
+    api_key: str
+    auth_type: AuthType
+    verify: bool | str
+    limits: Limits
+
+    def __repr__(self) -> str:
+        return (
+            f"AbmSettings(conn_id={self.conn_id!r}, base_url={self.base_url!r}, api_key='***', "
+            f"auth_type={self.auth_type!r}, verify={self.verify!r}, limits={self.limits!r})"
+        )
+
+    @property
+    def origin(self) -> tuple[str, str, int]:
+        """The API origin; the key goes to this origin and no other."""
+        return url_origin(self.base_url)
+
+    def auth_header(self) -> dict[str, str]:
+        """``Authorization`` for the API: ``Bearer <key>``, or Basic with the key as user name."""
+        if self.auth_type == "basic":
+            token = base64.b64encode(f"{self.api_key}:".encode()).decode("ascii")
+            return {"Authorization": f"Basic {token}"}
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+    def redactor(self) -> Redactor:
+        """The redactor for this connection: the key in every form it is sent."""
+        token = self.auth_header()["Authorization"].split(" ", 1)[1]
+        return Redactor([self.api_key, token, token.rstrip("=")])
+
+    def with_limits(self, **changes: Any) -> AbmSettings:
+        """The same connection with some bounds changed (a connection test makes one short attempt)."""
+        return replace(self, limits=replace(self.limits, **changes))
+
+    @classmethod
+    def from_connection(cls, conn: Any, **given: Any) -> AbmSettings:
+        """Read base URL, key, auth type, TLS and bounds; ``given`` (hook arguments) win over the extra.
+
+        Extra keys may be plain (``max_attempts``) or as older connection forms stored them
+        (``extra__abm__max_attempts``); empty values mean "not set".
+        """
+        conn_id = str(getattr(conn, "conn_id", None) or "abm_default")
+        where = f"connection {conn_id!r}"
+        extra = renamed(_extra(conn, where), f"{where} extra")
+        base_url = normalise_base_url(getattr(conn, "host", None), getattr(conn, "port", None), where=where)
+        api_key = getattr(conn, "password", None) or ""
+        if not api_key:
+            raise ValueError(f"{where} has no API key: put the key in its password field")
+        auth_type = str(extra.get("auth_type") or "bearer").strip().lower()
+        if auth_type not in ("bearer", "basic"):
+            raise ValueError(f"{where} extra auth_type must be 'bearer' or 'basic', got {auth_type!r}")
+        return cls(
+            conn_id=conn_id,
+            base_url=base_url or DEFAULT_BASE_URL,
+            api_key=api_key,
+            auth_type="basic" if auth_type == "basic" else "bearer",
+            verify=_verify(extra.get("verify"), where),
+            limits=Limits.read(given, extra, where),
+        )
+
+
+def _extra(conn: Any, where: str) -> dict[str, Any]:
+    try:
+        raw = getattr(conn, "extra_dejson", None) or {}
+    except Exception as err:  # a malformed extra string
+        raise ValueError(f"{where} has an extra that is not a JSON object: {err}") from err
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where} extra must be a JSON object")
+    known = {*Limits.names(), *RENAMED_SETTINGS, "verify", "auth_type"}
+    settings: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = str(key).removeprefix("extra__abm__")
+        if name in known and value not in (None, ""):
+            settings[name] = value
+    return settings
+
+
+def _verify(value: Any, where: str) -> bool | str:
+    """``true``/``false`` (also as text) or the path of a CA bundle file."""
+    if value is None or isinstance(value, bool):
+        return value is not False
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("true", "1", "yes", "false", "0", "no"):
+            return lowered in ("true", "1", "yes")
+        return value.strip()
+    raise ValueError(f"{where} extra verify must be true, false or a CA bundle path, got {value!r}")

@@ -1,0 +1,366 @@
+"""The request pipeline both hooks share; only the transport differs (``requests`` or ``aiohttp``).
+
+A :class:`Call` describes a request without doing it: method, path segments, query, body, and what
+to do when its outcome is unknown. :class:`Pipeline` turns it into a :class:`Prepared` request
+(URL, headers, bytes, bounds), reads whatever came back with :meth:`Pipeline.interpret`, and holds
+the one retry policy. Nothing here performs I/O, so every rule is tested without a server.
+
+Retry model. A failed attempt falls into one of three kinds:
+
+* *refused*: the service did not act (429, 423, 408, 425, a connection never made). Safe to repeat.
+* *uncertain*: the service may have acted (a 5xx other than 501/505, a connection lost or a deadline
+  passed after sending, a 2xx that cannot be read). Repeated for reads and idempotent calls; a
+  create is not repeated blindly: the hook's ``ensure_*`` methods look first.
+* *final*: repeating cannot help (400, 401, 403, 404, 409, a TLS failure, an unsafe URL...).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+from urllib.parse import quote
+
+import tenacity
+
+from abm_provider.bodies import ErrorBody, clip, decode, parse_error_body, parse_object, parse_retry_after
+from abm_provider.connection import AbmSettings, Limits
+from abm_provider.exceptions import AbmApiError
+from abm_provider.urls import Redactor, encode_query
+
+REQUEST_ID_HEADERS = ("x-request-id", "x-amz-request-id")
+USER_AGENT = "airflow-provider-abm"
+#: First back-off wait in seconds; doubles per attempt up to ``retry_max_wait``, plus up to ``JITTER``.
+INITIAL_WAIT = 0.5
+JITTER = 0.5
+#: Statuses whose request the service refused without acting on it: always safe to repeat.
+REFUSED_STATUSES = frozenset({408, 423, 425, 429})
+#: 5xx statuses that say the server will never do this request: not worth repeating.
+FINAL_5XX = frozenset({501, 505})
+
+OnUnknown = Literal["repeat", "raise"]
+FailureKind = Literal["refused", "uncertain", "final"]
+
+
+def failure_kind(http_status: int | None, *, sent: bool = True) -> FailureKind:
+    """Classify a failed attempt (see the module docstring); ``http_status`` ``None`` = no answer."""
+    if http_status is None:
+        return "uncertain" if sent else "refused"
+    if http_status in REFUSED_STATUSES:
+        return "refused"
+    if 500 <= http_status <= 599 and http_status not in FINAL_5XX:
+        return "uncertain"
+    return "final"
+
+
+def api_path(*segments: str) -> str:
+    """A path from segments, each percent-encoded (user values are checked by ``path_segment`` first)."""
+    return "/" + "/".join(quote(s, safe="") for s in segments)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One API request, described: ``on_unknown="raise"`` for a create, which must not repeat blindly."""
+
+    method: str
+    path: str
+    query: Mapping[str, Any] = field(default_factory=dict)
+    body: Mapping[str, Any] | None = None
+    on_unknown: OnUnknown = "repeat"
+    #: POSIX time the caller must be done by (a sensor's timeout); bounds each attempt too.
+    deadline: float | None = None
+
+    def next_page(self, token: str) -> Call:
+        return replace(self, query={**self.query, "pageToken": token})
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request ready for a transport, with the bounds the transport enforces."""
+
+    method: str
+    url: str
+    path: str
+    headers: dict[str, str]
+    body: bytes | None
+    timeout: float
+    max_body: int
+    max_error: int
+    fail: Callable[..., AbmApiError]
+
+    def request(self) -> dict[str, Any]:
+        """What either HTTP client needs to send it; redirects are never followed by the client."""
+        return {
+            "method": self.method,
+            "url": self.url,
+            "headers": self.headers,
+            "data": self.body,
+            "allow_redirects": False,
+        }
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a transport got: status, headers and at most the bounded number of body bytes."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+class Pipeline:
+    """Prepare, interpret and retry for one connection; shared by both hooks and the download."""
+
+    def __init__(self, settings: AbmSettings) -> None:
+        self.settings = settings
+        self.limits: Limits = settings.limits
+        self.redact: Redactor = settings.redactor()
+        self._auth = settings.auth_header()
+
+    # -- out --------------------------------------------------------------------------------------
+
+    def prepare(self, call: Call) -> Prepared:
+        query = encode_query(call.query)
+        headers = {"User-Agent": USER_AGENT, "Accept": "application/json", **self._auth}
+        body = None
+        if call.body is not None:
+            body = json.dumps(call.body, separators=(",", ":")).encode()
+            headers["Content-Type"] = "application/json"
+        timeout = self.limits.request_timeout
+        if call.deadline is not None:
+            timeout = max(min(timeout, call.deadline - time.time()), 0.01)
+        return Prepared(
+            method=call.method,
+            url=self.settings.base_url + call.path + (f"?{query}" if query else ""),
+            path=call.path,
+            headers=headers,
+            body=body,
+            timeout=timeout,
+            max_body=self.limits.max_response_bytes,
+            max_error=self.limits.max_error_bytes,
+            fail=lambda kind, text, sent=True: self.failure(call, kind, text, sent),
+        )
+
+    # -- errors -----------------------------------------------------------------------------------
+
+    def error(
+        self,
+        call: Call,
+        kind: str,
+        message: str,
+        status: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        classified: FailureKind = "final",
+        body: ErrorBody | None = None,
+    ) -> AbmApiError:
+        """The one way an :class:`AbmApiError` is made: every text field passes the redactor."""
+        redact, headers = self.redact, headers or {}
+        request_id = next((headers[h] for h in REQUEST_ID_HEADERS if headers.get(h)), None)
+        return AbmApiError(
+            method=call.method,
+            path=redact(call.path),
+            http_status=status,
+            status=clip(redact(body.status)) if body and body.status else None,
+            message=clip(redact(message)),
+            field_violations=[{k: clip(redact(v)) for k, v in f.items()} for f in body.field_violations]
+            if body
+            else [],
+            request_id=clip(redact(request_id), 100) if request_id else None,
+            outcome_unknown=classified == "uncertain" and call.on_unknown == "raise",
+            transient=classified != "final",
+            retry_after=parse_retry_after(headers.get("Retry-After")) if status is not None else None,
+            kind=kind,
+        )
+
+    def failure(self, call: Call, kind: str, text: str, sent: bool = True) -> AbmApiError:
+        """A request that got no usable answer: could not connect, lost, timed out, TLS, unsafe URL."""
+        what = {
+            "connect": "could not connect",
+            "lost": "no answer (connection lost after the request was sent)",
+            "timeout": "no complete answer within the deadline",
+        }.get(kind)
+        classified: FailureKind = "final" if kind in ("tls", "unsafe_url", "too_large") else "uncertain"
+        if not sent and classified == "uncertain":
+            classified = "refused"
+        return self.error(call, kind, f"{what}: {text}" if what else text, classified=classified)
+
+    # -- in ---------------------------------------------------------------------------------------
+
+    def interpret(self, call: Call, answer: Answer) -> dict[str, Any]:
+        """The answer's JSON object, or the :class:`AbmApiError` it amounts to."""
+        status, headers = answer.status, answer.headers
+        limit = self.limits.max_response_bytes if status < 300 else self.limits.max_error_bytes
+        declared = self.content_length(call, status, headers)
+        if declared is not None and len(answer.body) < min(declared, limit + 1):
+            raise self.failure(call, "lost", f"the body ended after {len(answer.body)} of {declared} bytes")
+        if 300 <= status < 400:
+            message = f"the API answered {status} (a redirect), which is not followed; check the base URL"
+            raise self.error(call, "redirect", message, status, headers)
+        if status >= 400:
+            try:
+                raw = decode(answer.body, answer.headers, limit, cut=True)
+            except ValueError as why:
+                raw = str(why).encode()
+            parsed = parse_error_body(status, raw, self.limits.max_json_depth)
+            message = parsed.message + self._hint(status, parsed.status)
+            raise self.error(call, "answer", message, status, headers, failure_kind(status), parsed)
+        try:
+            return parse_object(decode(answer.body, answer.headers, limit), self.limits.max_json_depth)
+        except ValueError as why:
+            big = "bytes" in str(why)
+            message = f"the answer is not the JSON object the API documents ({why})"
+            kind, classified = ("too_large", "final") if big else ("malformed", "uncertain")
+            raise self.error(call, kind, message, status, headers, classified) from None  # type: ignore[arg-type]
+
+    def content_length(self, call: Call, status: int, headers: Mapping[str, str]) -> int | None:
+        """The announced body size; one that is not a byte count makes the answer unreadable."""
+        declared = headers.get("Content-Length")
+        if declared is not None and not declared.strip().isdigit():
+            message = f"Content-Length {declared[:40]!r} is not a byte count"
+            raise self.error(call, "malformed", message, status, headers, "uncertain")
+        return int(declared) if declared is not None else None
+
+    def _hint(self, status: int, error_status: str | None) -> str:
+        """The one thing a DAG author can do about errors whose cause is the connection."""
+        conn_id = self.settings.conn_id
+        if status == 401:
+            return f" - check the API key (password) of connection {conn_id!r}"
+        if status == 403 and error_status == "PERMISSION_DENIED":
+            return f" - the key of connection {conn_id!r} is valid but not allowed to do this"
+        return ""
+
+    # -- retrying ---------------------------------------------------------------------------------
+
+    def may_retry(self, err: BaseException, attempt: int, on_unknown: OnUnknown = "repeat") -> bool:
+        """Whether another attempt may follow ``err`` (the ``attempt``-th); records the count on it.
+
+        A ``Retry-After`` longer than ``retry_max_wait`` ends the call at once, with the wait named in
+        the message, rather than retrying early and burning attempts on more 429s.
+        """
+        if not isinstance(err, AbmApiError):
+            return False
+        err.attempts = attempt
+        if not err.transient or attempt >= self.limits.max_attempts:
+            return False
+        if err.outcome_unknown and on_unknown == "raise":
+            return False
+        if err.retry_after is not None and err.retry_after > self.limits.retry_max_wait:
+            err.message += (
+                f" (the service asked to retry after {err.retry_after:.0f} s, longer than retry_max_wait="
+                f"{self.limits.retry_max_wait:g} s; raise retry_max_wait to wait that long)"
+            )
+            return False
+        return True
+
+    def backoff(self, failures: int, err: BaseException | None) -> float:
+        """Capped exponential back-off with jitter, never shorter than the server's ``Retry-After``."""
+        wait = min(
+            INITIAL_WAIT * 2 ** min(max(failures, 1) - 1, 60) + random.uniform(0, JITTER),
+            self.limits.retry_max_wait,
+        )
+        retry_after = getattr(err, "retry_after", None)
+        return max(wait, float(retry_after)) if retry_after is not None else wait
+
+    def retrying(
+        self,
+        log: logging.Logger | Any,
+        on_unknown: OnUnknown = "repeat",
+        failures: Callable[[], int] | None = None,
+    ) -> dict[str, Any]:
+        """Keyword arguments for ``tenacity.Retrying`` or ``AsyncRetrying``: the one retry policy.
+
+        ``failures`` counts failures its own way (a download counts only those since its last
+        progress); by default every attempt counts.
+        """
+
+        def retry(state: tenacity.RetryCallState) -> bool:
+            err = state.outcome.exception() if state.outcome is not None else None
+            number = failures() if failures else state.attempt_number
+            return err is not None and self.may_retry(err, number, on_unknown)
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            err = state.outcome.exception() if state.outcome is not None else None
+            return self.backoff(failures() if failures else state.attempt_number, err)
+
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            err = state.outcome.exception() if state.outcome is not None else None
+            attempt = getattr(err, "attempts", state.attempt_number)
+            log.warning(
+                "%s - attempt %d/%d, retrying in %.1f s",
+                err,
+                attempt,
+                self.limits.max_attempts,
+                state.upcoming_sleep,
+            )
+
+        return {
+            "stop": tenacity.stop_never,
+            "wait": wait,
+            "retry": retry,
+            "before_sleep": before_sleep,
+            "reraise": True,
+        }
+
+
+# --- pagination ----------------------------------------------------------------------------------
+
+
+class Pager:
+    """Reads the pages of one listing without doing I/O: which call comes next, and when to stop.
+
+    Bounded three ways: ``max_pages`` pages at most; a token seen among the last
+    ``page_token_memory`` tokens ends the listing (a server bug would loop forever); and a caller's
+    ``deadline`` (POSIX time) is checked between pages, so a sensor or trigger never overruns its
+    own timeout inside one look.
+    """
+
+    def __init__(self, pipeline: Pipeline, call: Call, key: str, deadline: float | None = None) -> None:
+        self.pipeline = pipeline
+        self.call = replace(call, deadline=deadline) if deadline is not None else call
+        self.key = key
+        self.deadline = deadline
+        self.pages = 0
+        self._recent: deque[str] = deque(maxlen=pipeline.limits.page_token_memory)
+        self._seen: set[str] = set()
+
+    def _stop(self, message: str, kind: str = "paging") -> AbmApiError:
+        return self.pipeline.error(self.call, kind, message)
+
+    def read(self, page: Mapping[str, Any]) -> tuple[list[dict[str, Any]], Call | None]:
+        """The page's items and the call for the next page (``None`` after the last)."""
+        self.pages += 1
+        items = page.get(self.key)
+        if items is None:
+            items = []
+        if not isinstance(items, list):
+            raise self._stop(
+                f"the answer's {self.key!r} is a {type(items).__name__}, not an array", "malformed"
+            )
+        token = page.get("nextPageToken") or ""
+        if not isinstance(token, str):
+            raise self._stop(f"nextPageToken is a {type(token).__name__}, not a string", "malformed")
+        found = [item for item in items if type(item) is dict]
+        if not token:
+            return found, None
+        if token in self._seen:
+            raise self._stop(
+                f"the service returned page token {token[:40]!r} twice; stopping to avoid a loop"
+            )
+        if self.pages >= self.pipeline.limits.max_pages:
+            raise self._stop(
+                f"the listing did not end within max_pages={self.pipeline.limits.max_pages} pages; "
+                "raise max_pages if it really is that long"
+            )
+        if self.deadline is not None and time.time() >= self.deadline:
+            raise self._stop(f"the caller's deadline passed after {self.pages} pages", "timeout")
+
+        if len(self._recent) == self._recent.maxlen:
+            self._seen.discard(self._recent[0])
+        self._recent.append(token)
+        self._seen.add(token)
+        return found, self.call.next_page(token)

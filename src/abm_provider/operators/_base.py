@@ -1,0 +1,115 @@
+"""What every ABM operator shares: the connection, the request settings, a cached hook.
+
+Operators only orchestrate; the hook owns requests, retries and create-or-reuse. The request
+settings have one name each across the hook, the operators, the sensor and the connection extra
+(``max_attempts``, ``retry_max_wait``, ``request_timeout``); any other hook setting goes in
+``hook_params``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from abm_provider.hooks.abm import AbmHook
+
+
+class AbmHookSettings:
+    """The connection and request settings of an ABM task, and the hook made from them.
+
+    :param abm_conn_id: connection of type ``abm``.
+    :param max_attempts: attempts per request on 429/5xx/connection errors (connection default if None).
+    :param retry_max_wait: longest single back-off wait in seconds (connection default if None).
+    :param request_timeout: total deadline of one request in seconds (connection default if None).
+    :param hook_params: any other hook setting by name (``max_pages``, ``download_timeout``...).
+    """
+
+    abm_conn_id: str
+    max_attempts: int | None
+    retry_max_wait: float | None
+    request_timeout: float | None
+    hook_params: dict[str, Any]
+
+    def set_hook_settings(
+        self,
+        abm_conn_id: str,
+        max_attempts: int | None,
+        retry_max_wait: float | None,
+        request_timeout: float | None,
+        hook_params: dict[str, Any] | None,
+        **deprecated: float | None,
+    ) -> None:
+        """Keep the settings; a value under a deprecated name (``max_wait=...``) warns and still counts."""
+        for old, value in deprecated.items():
+            if value is not None:
+                warnings.warn(
+                    f"{type(self).__name__}: {old} is deprecated, use retry_max_wait",
+                    DeprecationWarning,
+                    stacklevel=4,
+                )
+                retry_max_wait = value if retry_max_wait is None else retry_max_wait
+        self.abm_conn_id = abm_conn_id
+        self.max_attempts = max_attempts
+        self.retry_max_wait = retry_max_wait
+        self.request_timeout = request_timeout
+        self.hook_params = dict(hook_params or {})
+
+    def get_hook(self) -> AbmHook:
+        """A new hook with this task's settings (one per thread where requests run side by side)."""
+        from abm_provider.hooks.abm import AbmHook
+
+        settings = {
+            "max_attempts": self.max_attempts,
+            "retry_max_wait": self.retry_max_wait,
+            "request_timeout": self.request_timeout,
+        }
+        return AbmHook(self.abm_conn_id, **{**self.hook_params, **settings})
+
+    @cached_property
+    def hook(self) -> AbmHook:
+        """The task's hook, made on first use."""
+        return self.get_hook()
+
+
+class AbmBaseOperator(AbmHookSettings, BaseOperator):
+    """Base of the ABM operators: the settings of :class:`AbmHookSettings` (``max_wait`` is the
+    deprecated name of ``retry_max_wait``), a cached ``hook``, and XCom keys of their own."""
+
+    ui_color = "#e8f0fe"
+
+    def __init__(
+        self,
+        *,
+        abm_conn_id: str = "abm_default",
+        max_attempts: int | None = None,
+        retry_max_wait: float | None = None,
+        request_timeout: float | None = None,
+        hook_params: dict[str, Any] | None = None,
+        max_wait: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.set_hook_settings(
+            abm_conn_id, max_attempts, retry_max_wait, request_timeout, hook_params, max_wait=max_wait
+        )
+
+    @staticmethod
+    def push(context: Context, **values: Any) -> None:
+        """Push ``values`` under their own XCom keys, so ``op.output["list_id"]`` works in a DAG."""
+        ti: Any = context.get("ti")
+        if ti is not None and callable(getattr(ti, "xcom_push", None)):
+            for key, value in values.items():
+                ti.xcom_push(key=key, value=value)
+
+
+def fail_if_final(err: Exception, what: str) -> None:
+    """Raise ``AirflowFailException`` for an error no task retry can fix (409, 400, 401, 404...)."""
+    if getattr(err, "http_status", None) is not None and not getattr(err, "transient", True):
+        raise AirflowFailException(f"{what}: {err}") from err

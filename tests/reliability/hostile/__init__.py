@@ -1,0 +1,1 @@
+"""Hostile servers against the hooks and the download: see ``servers.py`` and ``conftest.py``."""

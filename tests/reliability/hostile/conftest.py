@@ -1,0 +1,106 @@
+"""Fixtures of the hostile suite: no network but loopback, a connection factory, DEBUG log capture.
+
+``network_guard`` (autouse) refuses every name lookup and connection to anything but a loopback
+address for the duration of a test, and records the attempt; a test that expects a redirect to be
+refused *without connecting* asserts the record is empty. The guard patches ``socket.getaddrinfo`` and
+``socket.socket.connect``/``connect_ex``, which both ``requests`` (urllib3) and ``aiohttp`` (asyncio)
+go through.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import json
+import logging
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from .checks import KEY
+
+_LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
+_conn_ids = itertools.count()
+
+
+def is_loopback(host: Any) -> bool:
+    if isinstance(host, bytes):
+        host = host.decode("latin-1")
+    if not isinstance(host, str):
+        return False
+    text = host.strip("[]").lower()
+    if text in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(text.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+@pytest.fixture(autouse=True)
+def network_guard(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every attempt to reach a non-loopback host, refused and recorded."""
+    attempts: list[str] = []
+    real_getaddrinfo = socket.getaddrinfo
+    real_connect = socket.socket.connect
+    real_connect_ex = socket.socket.connect_ex
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host is not None and not is_loopback(host):
+            attempts.append(f"resolve {host!r}")
+            raise socket.gaierror(socket.EAI_NONAME, "hostile suite: no network beyond 127.0.0.1")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    def refused(sock: socket.socket, address: Any) -> bool:
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and not is_loopback(address[0]):
+            attempts.append(f"connect {address!r}")
+            return True
+        return False
+
+    def connect(self: socket.socket, address: Any) -> None:
+        if refused(self, address):
+            raise ConnectionRefusedError("hostile suite: no network beyond 127.0.0.1")
+        real_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> int:
+        if refused(self, address):
+            return 111  # ECONNREFUSED
+        return real_connect_ex(self, address)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    return attempts
+
+
+@pytest.fixture(autouse=True)
+def _debug_logs_and_state(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Every log record at DEBUG is captured (and searched for secrets); task state under tmp."""
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("AIRFLOW__ABM__STATE_DIR", str(tmp_path / "state"))
+
+
+@pytest.fixture
+def connect(monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
+    """``connect(url, **extra)`` -> a fresh connection id for ``url`` with ``KEY`` and ``extra``."""
+
+    def make(url: str, *, key: str = KEY, **extra: Any) -> str:
+        conn_id = f"hostile_{next(_conn_ids)}"
+        conn = {"conn_type": "abm", "host": url, "password": key, "extra": extra}
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(conn))
+        return conn_id
+
+    return make
+
+
+@pytest.fixture
+def context() -> dict[str, Any]:
+    """The slice of a task context ``DownloadExecutionCsvOperator.execute`` reads."""
+    ti = SimpleNamespace(dag_id="d", task_id="t", run_id="r", try_number=1, map_index=-1)
+    return {"ti": ti, "task_instance": ti, "run_id": "r"}

@@ -1,0 +1,158 @@
+"""Class 5: a 50 MiB error page, from the API and from the download origin.
+
+At most ``max_error_bytes`` (64 KiB) of an error body is read and the connection is then closed, not
+drained. So the call ends with a short ``AbmApiError(kind="answer")``, the server cannot push the
+whole body (the bytes the kernel accepted from it stay far below 50 MiB: socket buffers absorb a few
+MiB at most) and the Python memory allocated during the call stays under 10 MiB (``tracemalloc``).
+The server gives up on a client that stops reading after a 2 s send timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from .checks import (
+    afailure,
+    assert_api_error,
+    assert_no_secret,
+    assert_short_message,
+    async_call,
+    atraced_peak,
+    download_call,
+    failure,
+    signed_link,
+    sync_call,
+    traced_peak,
+)
+from .servers import Conn, HostileServer, MiB, Request, error_body
+
+pytestmark = pytest.mark.timeout(45)
+
+HUGE = 50 * MiB
+MAX_SENT = 8 * MiB
+MAX_PEAK = 10 * MiB
+SETTINGS = {"max_attempts": 2, "retry_max_wait": 0.2, "request_timeout": 20}
+PAGE = b"<html><body><h1>Error</h1><p>" + b"The server is having a very bad day. " * 1700 + b"</p>"
+
+
+def huge_error(status: int, framing: str = "length") -> Callable[[Conn, Request], None]:
+    """``status`` with a 50 MiB HTML page, framed by Content-Length, chunks or connection close."""
+
+    def handle(conn: Conn, req: Request) -> None:
+        headers = {"Content-Type": "text/html", "x-request-id": "req-huge"}
+        if framing == "length":
+            headers["Content-Length"] = str(HUGE)
+        elif framing == "chunked":
+            headers["Transfer-Encoding"] = "chunked"
+        if not conn.head(status, headers):
+            return
+        if framing != "chunked":
+            conn.stream(HUGE, chunk=PAGE)
+            return
+        sent = 0
+        frame = f"{len(PAGE):x}\r\n".encode() + PAGE + b"\r\n"
+        while sent < HUGE and conn.send(frame):
+            sent += len(PAGE)
+        conn.send(b"0\r\n\r\n")
+
+    return handle
+
+
+def small_error(conn: Conn, req: Request) -> None:
+    conn.answer(400, error_body(400, "INVALID_ARGUMENT", "warm-up"))
+
+
+def refuse(conn: Conn, req: Request) -> None:
+    conn.answer(500, error_body(500, "INTERNAL", "must not be called"))
+
+
+@pytest.fixture
+def warm(connect: Any) -> Callable[[], None]:
+    """One small failing call of each kind first, so imports and first-use set-up are not measured."""
+
+    def sync() -> None:
+        with HostileServer(small_error) as srv:
+            conn_id = connect(srv.url, **SETTINGS)
+            failure(sync_call(conn_id, "iter_folders"))
+            failure(download_call(conn_id, signed_link(srv.url)))
+
+    return sync
+
+
+async def _warm_async(connect: Any) -> None:
+    with HostileServer(small_error) as srv:
+        await afailure(async_call(connect(srv.url, **SETTINGS), "iter_folders"))
+
+
+def check(err: Any, elapsed: float, peak: int, srv: HostileServer, status: int, caplog: Any) -> None:
+    srv.wait_idle(10)
+    assert_api_error(err, elapsed, kinds=None, within=30, http_status=status)
+    assert srv.max_bytes_per_connection < MAX_SENT, (
+        f"the client read the error page: the server pushed {srv.max_bytes_per_connection / MiB:.1f} MiB"
+    )
+    assert peak < MAX_PEAK, f"peak Python memory {peak / MiB:.1f} MiB during the call"
+    assert_short_message(err)
+    assert_no_secret(err, caplog)
+    assert_api_error(err, elapsed, kinds={"answer"}, within=30)
+
+
+@pytest.mark.parametrize(
+    ("status", "framing", "call"),
+    [
+        (400, "length", "iter_folders"),
+        (400, "chunked", "iter_executions"),
+        (400, "close", "iter_account_lists"),
+        (400, "length", "add_accounts"),
+        (503, "length", "iter_folders"),
+    ],
+)
+def test_sync_hook_reads_little_of_a_huge_error(
+    status: int, framing: str, call: str, connect: Any, warm: Callable[[], None], caplog: Any
+) -> None:
+    warm()
+    with HostileServer(huge_error(status, framing)) as srv:
+        conn_id = connect(srv.url, **SETTINGS)
+        err, elapsed, peak = traced_peak(sync_call(conn_id, call))
+        check(err, elapsed, peak, srv, status, caplog)
+    if status == 503:
+        assert srv.request_count == SETTINGS["max_attempts"], "a 503 is retried whatever its body"
+
+
+@pytest.mark.parametrize(("status", "framing"), [(400, "length"), (400, "chunked"), (503, "length")])
+async def test_async_hook_reads_little_of_a_huge_error(
+    status: int, framing: str, connect: Any, caplog: Any
+) -> None:
+    await _warm_async(connect)
+    with HostileServer(huge_error(status, framing)) as srv:
+        conn_id = connect(srv.url, **SETTINGS)
+        err, elapsed, peak = await atraced_peak(async_call(conn_id, "iter_executions"))
+        check(err, elapsed, peak, srv, status, caplog)
+    if status == 503:
+        assert srv.request_count == SETTINGS["max_attempts"]
+
+
+@pytest.mark.parametrize(("status", "framing"), [(400, "length"), (404, "close"), (503, "chunked")])
+def test_download_reads_little_of_a_huge_error(
+    status: int, framing: str, connect: Any, warm: Callable[[], None], caplog: Any
+) -> None:
+    warm()
+    with HostileServer(refuse) as api, HostileServer(huge_error(status, framing)) as storage:
+        conn_id = connect(api.url, **SETTINGS)
+        err, elapsed, peak = traced_peak(download_call(conn_id, signed_link(storage.url)))
+        check(err, elapsed, peak, storage, status, caplog)
+    assert api.request_count == 0
+    if status == 503:
+        assert storage.request_count == SETTINGS["max_attempts"]
+
+
+def test_max_error_bytes_setting_bounds_the_read(connect: Any, warm: Callable[[], None], caplog: Any) -> None:
+    """A smaller ``max_error_bytes`` reads less still; the message stays short."""
+    warm()
+    with HostileServer(huge_error(400), sndbuf=64 << 10) as srv:
+        conn_id = connect(srv.url, **SETTINGS, max_error_bytes=1024)
+        err, elapsed, peak = traced_peak(sync_call(conn_id, "iter_folders"))
+        check(err, elapsed, peak, srv, 400, caplog)
+        assert srv.max_bytes_per_connection < 4 * MiB

@@ -1,0 +1,178 @@
+"""Class 1: a server that echoes the credential back, in every place an error can carry text.
+
+The server repeats the key, the ``Authorization`` value it received (so a Basic token too) and, on a
+download link, the ``X-Amz-Signature`` it was given: in the error body's ``status``, ``message`` and
+``fieldViolations``, in ``x-request-id``, in a storage-style XML ``<Error><Code>``, in ``Retry-After``
+and in a 200 that is not JSON. Whatever the hook makes of it, neither the key (raw or as a Basic
+token, padded or not) nor the download signature may show in the error (text, repr, attributes,
+pickle, traceback) or in any log record at any level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from .checks import (
+    KEY,
+    afailure,
+    assert_api_error,
+    assert_no_secret,
+    async_call,
+    download_call,
+    failure,
+    signed_link,
+    sync_call,
+)
+from .servers import Conn, HostileServer, Request, error_body
+
+pytestmark = pytest.mark.timeout(30)
+
+WHERES = ("status", "message", "fieldViolations", "x-request-id", "xml-code", "retry-after", "non-json-200")
+
+
+def echo_handler(where: str) -> Callable[[Conn, Request], None]:
+    """Answer every request with the credential echoed at ``where``."""
+
+    def handle(conn: Conn, req: Request) -> None:
+        # What a careless server echoes: the key, the credential it received, the signature it got.
+        received = [KEY, req.header("authorization") or "", req.param("X-Amz-Signature") or ""]
+        text = " ".join(part for part in received if part)
+        if where == "status":
+            conn.answer(400, error_body(400, text, "bad request"))
+        elif where == "message":
+            conn.answer(400, error_body(400, "INVALID_ARGUMENT", f"the key {text} is not valid here"))
+        elif where == "fieldViolations":
+            violations = [{"field": text, "description": f"bad credential {text}"}] * 3
+            conn.answer(400, error_body(400, "INVALID_ARGUMENT", "invalid", violations))
+        elif where == "x-request-id":
+            conn.answer(
+                400,
+                error_body(400, "INVALID_ARGUMENT", "invalid"),
+                {"x-request-id": text, "x-amz-request-id": text},
+            )
+        elif where == "xml-code":
+            xml = (
+                '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>'
+                f"{text}</Code><Message>Signature {text} does not match</Message>"
+                f"<SignatureProvided>{text}</SignatureProvided><RequestId>{text}</RequestId></Error>"
+            )
+            conn.answer(400, xml, content_type="application/xml")
+        elif where == "retry-after":
+            conn.answer(429, error_body(429, "RESOURCE_EXHAUSTED", "slow down"), {"Retry-After": text})
+        elif where == "non-json-200":
+            conn.answer(200, f"<html>welcome {text}</html>", content_type="text/html")
+        else:  # pragma: no cover
+            raise AssertionError(where)
+
+    return handle
+
+
+def expected_status(where: str) -> int:
+    return {"retry-after": 429, "non-json-200": 200}.get(where, 400)
+
+
+def expected_kinds(where: str) -> set[str]:
+    return {"malformed"} if where == "non-json-200" else {"answer"}
+
+
+def settings(auth_type: str) -> dict[str, Any]:
+    return {"max_attempts": 2, "retry_max_wait": 0.2, "auth_type": auth_type}
+
+
+@pytest.mark.parametrize("auth_type", ["bearer", "basic"])
+@pytest.mark.parametrize("where", WHERES)
+def test_sync_hook_hides_an_echoed_key(
+    where: str, auth_type: str, connect: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    with HostileServer(echo_handler(where)) as srv:
+        conn_id = connect(srv.url, **settings(auth_type))
+        err, elapsed = failure(sync_call(conn_id, "iter_folders"))
+    assert srv.requests and srv.requests[0].header("authorization"), "the API got the credential"
+    assert_api_error(err, elapsed, kinds=None, within=15, http_status=expected_status(where))
+    assert_no_secret(err, caplog)
+    assert_api_error(err, elapsed, kinds=expected_kinds(where), within=15)
+
+
+@pytest.mark.parametrize("call", ["add_accounts", "create_folder"])
+@pytest.mark.parametrize("where", ["status", "x-request-id", "xml-code"])
+def test_sync_writes_hide_an_echoed_key(
+    where: str, call: str, connect: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    with HostileServer(echo_handler(where)) as srv:
+        conn_id = connect(srv.url, **settings("basic"))
+        err, elapsed = failure(sync_call(conn_id, call))
+    assert_api_error(err, elapsed, kinds=None, within=15, http_status=400)
+    assert_no_secret(err, caplog)
+    assert_api_error(err, elapsed, kinds={"answer"}, within=15)
+
+
+@pytest.mark.parametrize("auth_type", ["bearer", "basic"])
+@pytest.mark.parametrize("where", WHERES)
+async def test_async_hook_hides_an_echoed_key(
+    where: str, auth_type: str, connect: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    with HostileServer(echo_handler(where)) as srv:
+        conn_id = connect(srv.url, **settings(auth_type))
+        err, elapsed = await afailure(async_call(conn_id, "iter_executions"))
+    assert srv.requests and srv.requests[0].header("authorization"), "the API got the credential"
+    assert_api_error(err, elapsed, kinds=None, within=15, http_status=expected_status(where))
+    assert_no_secret(err, caplog)
+    assert_api_error(err, elapsed, kinds=expected_kinds(where), within=15)
+
+
+def _never(conn: Conn, req: Request) -> None:
+    conn.answer(500, error_body(500, "INTERNAL", "the API must not be called by a download"))
+
+
+@pytest.mark.parametrize("where", [w for w in WHERES if w != "non-json-200"])
+def test_download_hides_an_echoed_key_and_signature(
+    where: str, connect: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    with HostileServer(_never) as api, HostileServer(echo_handler(where)) as storage:
+        conn_id = connect(api.url, **settings("basic"))
+        err, elapsed = failure(download_call(conn_id, signed_link(storage.url)))
+    assert api.request_count == 0
+    assert storage.requests and all(r.header("authorization") is None for r in storage.requests), (
+        "the key went to the storage origin"
+    )
+    assert_api_error(err, elapsed, kinds=None, within=15, http_status=expected_status(where))
+    assert_no_secret(err, caplog)
+    assert_api_error(err, elapsed, kinds={"answer"}, within=15)
+
+
+def test_operator_download_hides_an_echoed_signature(
+    connect: Any, caplog: pytest.LogCaptureFixture, context: dict[str, Any], tmp_path: Any
+) -> None:
+    from abm_provider.operators.exports import DownloadExecutionCsvOperator
+
+    destination = tmp_path / "out.csv"
+    with HostileServer(_never) as api, HostileServer(echo_handler("xml-code")) as storage:
+        conn_id = connect(api.url, **settings("bearer"))
+        operator = DownloadExecutionCsvOperator(
+            task_id="d",
+            download_uri=signed_link(storage.url),
+            destination=str(destination),
+            abm_conn_id=conn_id,
+        )
+        err, elapsed = failure(lambda: operator.execute(context))
+    assert not destination.exists()
+    assert_api_error(err, elapsed, kinds=None, within=15, http_status=400)
+    assert_no_secret(err, caplog)
+    assert_api_error(err, elapsed, kinds={"answer"}, within=15)
+
+
+def _csv(conn: Conn, req: Request) -> None:
+    conn.answer(200, b"date,clicks\n2026-01-01,1\n", {"ETag": '"c1"'}, content_type="text/csv")
+
+
+def test_successful_download_logs_no_signature(connect: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """The link's query is a credential for the file: no log line at any level carries it."""
+    with HostileServer(_never) as api, HostileServer(_csv) as storage:
+        conn_id = connect(api.url, **settings("bearer"))
+        err, _ = failure(download_call(conn_id, signed_link(storage.url)))
+    assert err is None, f"the download failed: {err!r}"
+    assert storage.requests[0].param("X-Amz-Signature"), "the signature was sent to the storage origin"
+    assert_no_secret(None, caplog)
