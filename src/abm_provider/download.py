@@ -176,14 +176,21 @@ class HashingSink(io.RawIOBase):
     (``md5=True``), an inline MD5 for an S3-style ``ETag``. MD5 costs more than the copy itself on a
     fast link, so for a local destination the operator checks it afterwards from the temporary file,
     and only when the ``ETag`` turns out to be an MD5 at all. ``seek(0)`` restarts the sink, for a
-    transfer that has to begin again from the first byte.
+    transfer that has to begin again from the first byte. ``copy=False`` passes the caller's
+    buffer on as it is, for a consumer that is done with it when ``write`` returns (a local file).
     """
 
     def __init__(
-        self, write: Callable[[bytes], Any], restart: Callable[[], None] | None = None, *, md5: bool = False
+        self,
+        write: Callable[[bytes], Any],
+        restart: Callable[[], None] | None = None,
+        *,
+        md5: bool = False,
+        copy: bool = True,
     ) -> None:
         super().__init__()
         self._write = write
+        self._copy = copy
         self._restart = restart
         self._want_md5 = md5
         self.count = 0
@@ -193,8 +200,9 @@ class HashingSink(io.RawIOBase):
         return True
 
     def write(self, data: Any) -> int:  # type: ignore[override]
-        chunk = data if isinstance(data, bytes) else bytes(data)
-        if chunk:
+        # The hook reuses its buffers: a consumer that keeps the chunk (a queue, an upload) needs a copy.
+        chunk = bytes(data) if self._copy and not isinstance(data, bytes) else data
+        if len(chunk):
             if self.md5 is not None:
                 self.md5.update(chunk)
             self._write(chunk)

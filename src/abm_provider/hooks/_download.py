@@ -12,6 +12,8 @@ progress, so a server trickling bytes cannot hold a worker for ever.
 from __future__ import annotations
 
 import hashlib
+import queue
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, BinaryIO
@@ -23,7 +25,6 @@ import tenacity
 from abm_provider.exceptions import AbmApiError
 from abm_provider.hooks._pipeline import USER_AGENT, Answer, Call, ErrorBody, Pipeline, Prepared
 from abm_provider.hooks._transports import RequestsTransport
-from abm_provider.hooks._writer import OrderedWriter
 from abm_provider.models import DownloadResult
 from abm_provider.urls import UnsafeUrlError, check_url, safe_url, url_origin
 
@@ -132,6 +133,11 @@ class Download:
             return err
         raise AssertionError("an error status always raises")  # pragma: no cover
 
+    def _progress(self, count: int) -> None:
+        self.written += count
+        if self.on_progress is not None:
+            self.on_progress(self.written, self.total)
+
     def _changed(self) -> AbmApiError:
         message = (
             f"the file changed after {self.written} bytes were written (ETag {self.etag}); "
@@ -163,21 +169,19 @@ class Download:
         self.started = True
         self.etag = self.etag or etag
         self.total = self.total if self.total is not None else total
-        with OrderedWriter(self.fileobj) as out:
-            while chunk := response.raw.read(self.chunk_size, decode_content=False):
-                if skip:
-                    dropped = min(skip, len(chunk))
-                    chunk, skip = chunk[dropped:], skip - dropped
-                    if not chunk:
-                        continue
-                out.write(chunk)
-                self.digest.update(chunk)
-                self.written += len(chunk)
-                if self.total is not None and self.written > self.total:
-                    message = f"received {self.written} bytes, more than the announced {self.total}"
-                    raise self.pipeline.error(self.call, "malformed", message, status, headers)
-                if self.on_progress is not None:
-                    self.on_progress(self.written, self.total)
+        raw = response.raw
+        # The origin ignored Range: drop what is already written.
+        while skip and (dropped := raw.read(min(skip, self.chunk_size), decode_content=False)):
+            skip -= len(dropped)
+        # http.client's own readinto fills our buffers straight from the socket (no copy, no
+        # allocation); urllib3's public one reads into a new bytes object first.
+        readinto = getattr(getattr(raw, "_fp", None), "readinto", None) or raw.readinto
+        try:
+            pump(readinto, (self.digest.update, self.fileobj.write), self.chunk_size, self._progress)
+        finally:
+            if self.total is not None and self.written > self.total:
+                message = f"received {self.written} bytes, more than the announced {self.total}"
+                raise self.pipeline.error(self.call, "malformed", message, status, headers)
         if self.total is not None and self.written < self.total:
             raise prepared.fail("lost", f"body ended after {self.written} of {self.total} bytes")
 
@@ -189,3 +193,70 @@ def _content_range(value: str | None) -> tuple[int | None, int | None]:
     span, _, total = value[6:].partition("/")
     start = span.partition("-")[0]
     return (int(start) if start.isdigit() else None), (int(total) if total.isdigit() else None)
+
+
+def pump(
+    readinto: Callable[[memoryview], int | None],
+    stages: tuple[Callable[[memoryview], object], ...],
+    chunk_size: int,
+    done: Callable[[int], None],
+    buffers: int = 3,
+) -> None:
+    """Read into ``buffers`` reused buffers and pass each filled one through ``stages`` in order.
+
+    Each stage (hashing, writing) runs on a thread of its own and sees every chunk in file order,
+    so reading, hashing and writing of three chunks overlap (hashlib and file writes release the
+    GIL); memory is ``buffers * chunk_size`` whatever the file size. ``done(n)`` is called on this
+    thread for every chunk that went through all stages, so after a return or a raise the caller
+    knows how many leading bytes were written (where a resume starts). The first error of a stage
+    stops the reading and is raised here once every thread has finished.
+    """
+    views = [memoryview(bytearray(chunk_size)) for _ in range(buffers)]
+    inboxes: list[queue.SimpleQueue[tuple[int, int] | None]] = [queue.SimpleQueue() for _ in stages]
+    free: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
+    errors: list[BaseException] = []
+
+    def work(
+        stage: Callable[[memoryview], object], inbox: queue.SimpleQueue, outbox: queue.SimpleQueue
+    ) -> None:
+        while (item := inbox.get()) is not None:
+            index, length = item
+            if length and not errors:
+                try:
+                    stage(views[index][:length])
+                except BaseException as exc:  # raised on the reading thread
+                    errors.append(exc)
+            outbox.put((index, 0 if errors else length))  # the buffer always comes back
+        outbox.put(None)
+
+    outboxes = [*inboxes[1:], free]
+    threads = [
+        threading.Thread(target=work, args=(stage, inboxes[i], outboxes[i]), daemon=True, name="abm-download")
+        for i, stage in enumerate(stages)
+    ]
+    for thread in threads:
+        thread.start()
+    for index in range(buffers):
+        free.put((index, 0))
+    try:
+        while not errors:
+            item = free.get()
+            assert item is not None
+            index, length = item
+            if length:
+                done(length)
+            filled, view = 0, views[index]
+            while filled < chunk_size and (got := readinto(view[filled:])):
+                filled += got
+            inboxes[0].put((index, filled))
+            if not filled:
+                break
+    finally:
+        inboxes[0].put(None)
+        for thread in threads:
+            thread.join()
+        while (item := free.get()) is not None:
+            if item[1]:
+                done(item[1])
+    if errors:
+        raise errors[0]

@@ -1,16 +1,10 @@
 """Hooks for the Account Lists v2 and Export Jobs v1 API: ``AbmHook`` (sync) and ``AbmAsyncHook``.
 
-The hooks own everything about talking to the service, so operators only orchestrate: the base URL
-and key from the connection, one typed method per endpoint, pagination, batching of membership
-changes, create-or-reuse (``ensure_*``), streaming downloads with resume, the error model and
-retries. Both run every request through one pipeline (:mod:`._pipeline`): a request description, a
-thin transport (``requests`` here, ``aiohttp`` for triggers), one reading of the answer, one retry
-policy. Nothing reaches the network around it: the hooks subclass ``BaseHook``, not ``HttpHook``,
-whose ``run()`` would skip the origin-bound key, the redaction and the bounds.
-
-Why the key cannot leak: it is added only to requests for the API's own origin, so a download link
-on another origin never sees it; API redirects are not followed; every error field and log line
-passes one redactor; and the settings object's ``repr`` hides it.
+The hooks own talking to the service: one typed method per endpoint, pagination, batching,
+create-or-reuse (``ensure_*``), streaming downloads with resume, errors and retries. Every request
+goes through one pipeline (:mod:`._pipeline`); only the transport differs. They subclass ``BaseHook``,
+not ``HttpHook``, whose ``run()`` would reach the network around the key's origin binding, the
+redaction and the bounds. The key goes only to the API's origin and never into a log or an error.
 """
 
 from __future__ import annotations
@@ -57,15 +51,10 @@ _TEST_CONNECTION_TIMEOUT = 15.0
 class _AbmHookBase(BaseHook):
     """Connection id and request settings, the same for both hooks.
 
-    :param abm_conn_id: connection of type ``abm``: host = base URL (default
-        ``https://api.terminusplatform.com``), password = API key; extra ``verify`` (true/false/CA
-        bundle path), ``auth_type`` (``bearer`` default, or ``basic``) and any request setting.
+    :param abm_conn_id: connection of type ``abm``: host = base URL, password = API key.
     :param limits: request settings that win over the connection extra, by the names of
-        :class:`~abm_provider.connection.Limits`: ``max_attempts``, ``retry_max_wait``,
-        ``request_timeout``, ``download_timeout``, ``max_pages``, ``page_token_memory``,
-        ``max_error_bytes``, ``max_response_bytes``, ``max_json_depth``, ``max_redirects``
-        (``max_wait`` and ``timeout`` are the deprecated names of ``retry_max_wait`` and
-        ``request_timeout``). ``None`` means "as the connection says".
+        :class:`~abm_provider.connection.Limits` (``max_wait`` and ``timeout`` are the deprecated
+        names of ``retry_max_wait`` and ``request_timeout``); ``None`` means "as the connection says".
     """
 
     conn_name_attr = "abm_conn_id"
@@ -516,6 +505,8 @@ class AbmHook(_AbmHookBase):
         ``If-Match``; the byte count is checked against ``Content-Length``; a link on another origin
         than the API gets no ``Authorization`` header. Raises ``AbmApiError`` with ``http_status``
         403 when the link has expired and 412 when the file changed between attempts.
+        ``fileobj.write`` is handed views of reused buffers: it must be done with each when it returns
+        (files are; a writer that queues chunks must copy them).
         """
         return Download(
             self.pipeline, self.transport, self.log, download_uri, fileobj, chunk_size, on_progress

@@ -388,7 +388,12 @@ class DownloadExecutionCsvOperator(AbmBaseOperator):
                     out.reopen()
 
                 # out.open() is looked up per chunk: a restarted transfer writes to a fresh temp file.
-                sink = HashingSink(lambda data: out.open().write(data), restart=restart, md5=inline_md5)
+                sink = HashingSink(
+                    lambda data: out.open().write(data),
+                    restart=restart,
+                    md5=inline_md5,
+                    copy=not is_local(target),
+                )
             progress = Progress(self.log, label, self.progress_interval)
             try:
                 result = hook.download(
