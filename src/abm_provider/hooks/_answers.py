@@ -1,9 +1,5 @@
-"""The API's endpoints as :class:`~._pipeline.Call` s, and the tolerant reading of their answers.
-
-Argument checks that must run before any request (page sizes, batch sizes, names), the executions
-query, and the conversion of listing items into the shape the create calls return (add/remove
-answers are read by :mod:`abm_provider.models`). Shared by the sync and async hooks; no I/O here.
-"""
+"""The API's endpoints as :class:`~._pipeline.Call` s, the checks to run before any request, and
+listing items in the shape the create calls return. Shared by both hooks; no I/O here."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
 """Streaming a download link into a file object: URL rules on every hop, resume after drops.
 
-A pre-signed link can be gigabytes, so the body is read chunk by chunk (memory is a few chunks),
-hashed and written while the next chunk arrives. Redirects are followed here, not by ``requests``,
-so each hop meets the URL rules and the hop count is bounded. When the connection drops, the next
-attempt asks for the rest with ``Range`` and ``If-Match`` so a changed file is never stitched onto
-the old one's start; progress resets the failure count, so only repeated failures without progress
-end the download. An attempt that reaches ``download_timeout`` counts as a failure even when it made
-progress, so a server trickling bytes cannot hold a worker for ever.
+Redirects are followed here, not by ``requests``, so each hop meets the URL rules. A dropped
+connection resumes with ``Range`` and ``If-Match`` (a changed file is never stitched onto the old
+one's start); progress resets the failure count, except an attempt cut off at ``download_timeout``.
 """
 
 from __future__ import annotations
@@ -32,21 +28,14 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 
 class Download:
-    """One download of ``uri`` into ``fileobj`` through the sync transport and the connection's pipeline."""
+    """One download of ``uri`` into ``fileobj`` with an :class:`~.abm.AbmHook`'s pipeline and transport."""
 
-    def __init__(
-        self,
-        pipeline: Pipeline,
-        transport: RequestsTransport,
-        log: Any,
-        uri: str,
-        fileobj: BinaryIO,
-        chunk_size: int,
-        on_progress: Callable[[int, int | None], None] | None,
-    ) -> None:
+    def __init__(self, hook: Any, uri: str, fileobj: BinaryIO, chunk_size: int, on_progress: Any) -> None:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive number of bytes, got {chunk_size!r}")
-        self.pipeline, self.transport, self.log, self.limits = pipeline, transport, log, pipeline.limits
+        self.pipeline: Pipeline = hook.pipeline
+        self.transport: RequestsTransport = hook.transport
+        self.log, self.limits = hook.log, self.pipeline.limits
         self.uri, self.fileobj, self.chunk_size, self.on_progress = uri, fileobj, chunk_size, on_progress
         self.call = Call("GET", (urlsplit(uri).path or "/") if isinstance(uri, str) else repr(uri))
         self.written = self.failures = self.resumed = 0
@@ -202,14 +191,11 @@ def pump(
     done: Callable[[int], None],
     buffers: int = 3,
 ) -> None:
-    """Read into ``buffers`` reused buffers and pass each filled one through ``stages`` in order.
+    """Read into ``buffers`` reused buffers; each filled one goes through ``stages`` in order.
 
-    Each stage (hashing, writing) runs on a thread of its own and sees every chunk in file order,
-    so reading, hashing and writing of three chunks overlap (hashlib and file writes release the
-    GIL); memory is ``buffers * chunk_size`` whatever the file size. ``done(n)`` is called on this
-    thread for every chunk that went through all stages, so after a return or a raise the caller
-    knows how many leading bytes were written (where a resume starts). The first error of a stage
-    stops the reading and is raised here once every thread has finished.
+    Each stage (hash, write) runs on a thread of its own, so three chunks are read, hashed and written
+    at once (both release the GIL); memory is ``buffers * chunk_size``. ``done(n)`` is called here for
+    each chunk every stage finished, so after a raise the caller knows where a resume starts.
     """
     views = [memoryview(bytearray(chunk_size)) for _ in range(buffers)]
     inboxes: list[queue.SimpleQueue[tuple[int, int] | None]] = [queue.SimpleQueue() for _ in stages]

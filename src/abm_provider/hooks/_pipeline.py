@@ -1,17 +1,9 @@
 """The request pipeline both hooks share; only the transport differs (``requests`` or ``aiohttp``).
 
-A :class:`Call` describes a request without doing it: method, path segments, query, body, and what
-to do when its outcome is unknown. :class:`Pipeline` turns it into a :class:`Prepared` request
-(URL, headers, bytes, bounds), reads whatever came back with :meth:`Pipeline.interpret`, and holds
-the one retry policy. Nothing here performs I/O, so every rule is tested without a server.
-
-Retry model. A failed attempt falls into one of three kinds:
-
-* *refused*: the service did not act (429, 423, 408, 425, a connection never made). Safe to repeat.
-* *uncertain*: the service may have acted (a 5xx other than 501/505, a connection lost or a deadline
-  passed after sending, a 2xx that cannot be read). Repeated for reads and idempotent calls; a
-  create is not repeated blindly: the hook's ``ensure_*`` methods look first.
-* *final*: repeating cannot help (400, 401, 403, 404, 409, a TLS failure, an unsafe URL...).
+A :class:`Call` describes a request; :class:`Pipeline` prepares it, reads what came back
+(:meth:`Pipeline.interpret`) and holds the one retry policy. No I/O here. A failed attempt is
+*refused* (429, 423, 408, 425, never connected: safe to repeat), *uncertain* (a 5xx but 501/505, lost
+or cut off after sending, an unreadable 2xx: repeated for reads, a create looks first) or *final*.
 """
 
 from __future__ import annotations
@@ -289,14 +281,8 @@ class Pipeline:
 
         def before_sleep(state: tenacity.RetryCallState) -> None:
             err = state.outcome.exception() if state.outcome is not None else None
-            attempt = getattr(err, "attempts", state.attempt_number)
-            log.warning(
-                "%s - attempt %d/%d, retrying in %.1f s",
-                err,
-                attempt,
-                self.limits.max_attempts,
-                state.upcoming_sleep,
-            )
+            count = f"{getattr(err, 'attempts', state.attempt_number)}/{self.limits.max_attempts}"
+            log.warning("%s - attempt %s, retrying in %.1f s", err, count, state.upcoming_sleep)
 
         return {
             "stop": tenacity.stop_never,
@@ -311,12 +297,9 @@ class Pipeline:
 
 
 class Pager:
-    """Reads the pages of one listing without doing I/O: which call comes next, and when to stop.
-
-    Bounded three ways: ``max_pages`` pages at most; a token seen among the last
-    ``page_token_memory`` tokens ends the listing (a server bug would loop forever); and a caller's
-    ``deadline`` (POSIX time) is checked between pages, so a sensor or trigger never overruns its
-    own timeout inside one look.
+    """The pages of one listing, without I/O: which call comes next, and when to stop. Bounded by
+    ``max_pages``, by a token seen among the last ``page_token_memory`` (a loop), and by a caller's
+    ``deadline`` (POSIX time), checked between pages so a look never overruns a sensor's timeout.
     """
 
     def __init__(self, pipeline: Pipeline, call: Call, key: str, deadline: float | None = None) -> None:

@@ -1,15 +1,10 @@
-"""The two thin transports: ``requests`` for workers, ``aiohttp`` for the triggerer.
+"""The two thin transports, ``requests`` for workers and ``aiohttp`` for the triggerer: each sends a
+:class:`~._pipeline.Prepared` request within its total deadline, reads at most its bounded number
+of body bytes (the rest is discarded unread), and turns every exception into an ``AbmApiError``.
 
-Each does three things and nothing else: send a :class:`~._pipeline.Prepared` request within its
-total deadline, read at most its bounded number of body bytes (closing the connection on the rest
-unread), and turn every exception its library raises into an ``AbmApiError`` with a kind.
-
-Why the ``requests`` deadline is a watchdog: ``requests`` has only per-read timeouts, so a server
-that trickles a byte a second holds a call for ever. Every connection the session opens is of a class
-that tells the running attempt which socket it uses; when the attempt's deadline passes, a timer
-shuts that socket down, which ends whatever read is blocked on it. The same connection class checks
-the address it reached against the URL rules, so a host name that resolves to a metadata address is
-refused before anything is sent.
+``requests`` has only per-read timeouts, so a server trickling a byte a second would hold a call for
+ever: its connections tell the running attempt which socket they use, and at the deadline a timer
+shuts that socket down. They also check the address they reached against the URL rules.
 """
 
 from __future__ import annotations
@@ -147,23 +142,22 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         yield current
-        reason = getattr(current, "reason", None)
-        nested = current.args[0] if current.args and isinstance(current.args[0], BaseException) else None
-        current = (
-            reason
-            if isinstance(reason, BaseException)
-            else nested or current.__cause__ or current.__context__
+        wrapped = (
+            getattr(current, "reason", None),
+            *current.args[:1],
+            current.__cause__,
+            current.__context__,
         )
+        current = next((w for w in wrapped if isinstance(w, BaseException)), None)
 
 
 def _failure(exc: BaseException, deadline: Deadline, prepared: Prepared) -> AbmApiError:
     """What a ``requests`` exception means, as an ``AbmApiError`` of the right kind."""
     causes = list(_causes(exc))
     text = f"{type(causes[-1]).__name__}: {causes[-1]}"
-    if any(isinstance(c, UnsafeUrlError) for c in causes):
-        return prepared.fail(
-            "unsafe_url", str(next(c for c in causes if isinstance(c, UnsafeUrlError))), False
-        )
+    unsafe = [c for c in causes if isinstance(c, UnsafeUrlError)]
+    if unsafe:
+        return prepared.fail("unsafe_url", str(unsafe[0]), False)
     if deadline.expired:
         return prepared.fail("timeout", f"cut off after {deadline.seconds:g} s (request_timeout)")
     if isinstance(exc, requests.exceptions.SSLError) or any(isinstance(c, ssl.SSLError) for c in causes):
@@ -190,11 +184,8 @@ class RequestsTransport:
 
     @contextlib.contextmanager
     def stream(self, prepared: Prepared, total: float | None = None) -> Iterator[requests.Response]:
-        """The open response of ``prepared`` (not redirected), within a deadline of ``total`` seconds.
-
-        Every exception inside the block, the caller's body reads included, becomes an
-        ``AbmApiError``; the response is closed on the way out, discarding any unread rest.
-        """
+        """The open response of ``prepared`` within ``total`` seconds; every exception in the block (body
+        reads included) becomes an ``AbmApiError``, and the unread rest is discarded on the way out."""
         deadline = Deadline(total or prepared.timeout)
         with deadline:
             try:

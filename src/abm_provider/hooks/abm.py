@@ -192,12 +192,9 @@ class AbmHook(_AbmHookBase):
     def ensure_folder(
         self, folder_name: str, folder_access: str = "PUBLIC", if_exists: IfExists = "reuse"
     ) -> dict[str, Any]:
-        """The folder named ``folder_name``: reused (the oldest of that name), created, or refused.
-
-        ``if_exists``: ``"reuse"`` returns an existing folder of that name, ``"create"`` always
-        creates, ``"fail"`` raises ``AbmApiError`` (409 ``ALREADY_EXISTS``) when one exists. The
-        folders are listed once before a create; after a create whose outcome is unknown they are
-        listed again, and exactly one new folder of that name is the one this call made.
+        """The folder ``folder_name``: ``"reuse"`` the oldest of that name, ``"create"`` always, or
+        ``"fail"`` (``AbmApiError`` 409) when one exists. Listed once before a create; after an unknown
+        outcome, listed again: exactly one new folder of that name is the one this call made.
         """
         check_name(folder_name, "folder_name")
         check_name(folder_access, "folder_access")
@@ -205,12 +202,7 @@ class AbmHook(_AbmHookBase):
         chosen = self._existing(matches, if_exists, f"folder {folder_name!r}", folder_resource, FOLDERS_PATH)
         if chosen is not None:
             if chosen["folderAccess"] and chosen["folderAccess"] != folder_access:
-                self.log.info(
-                    "Folder %s has access %s, not %s; left unchanged",
-                    chosen["folderId"],
-                    chosen["folderAccess"],
-                    folder_access,
-                )
+                self.log.info("The folder's access %s is left as it is (asked: %s)", chosen, folder_access)
             return chosen
         known = {folder_resource(m)["folderId"] for m in matches}
         body = {"folderName": folder_name, "folderAccess": folder_access}
@@ -252,7 +244,7 @@ class AbmHook(_AbmHookBase):
         matches: list[dict[str, Any]],
         if_exists: IfExists,
         what: str,
-        shape: Callable[[dict[str, Any]], dict[str, Any]],
+        shape: Callable[..., Any],
         path: str,
     ) -> dict[str, Any] | None:
         """The match to reuse (the oldest: the one earlier runs have been reusing), or ``None``."""
@@ -263,11 +255,8 @@ class AbmHook(_AbmHookBase):
         shaped = [shape(m) for m in matches]
         if if_exists == "fail":
             raise self._exists(path, f"{what} already exists: {shaped} (if_exists='fail')")
-        order = sorted(
-            range(len(matches)),
-            key=lambda i: str(matches[i].get("createdMomentUtc") or matches[i].get("createTime") or "\uffff"),
-        )
-        chosen = shaped[order[0]]
+        created = [str(m.get("createdMomentUtc") or m.get("createTime") or "\uffff") for m in matches]
+        chosen = shaped[created.index(min(created))]
         if len(matches) > 1:
             self.log.warning("%d items are %s; reusing the oldest, %s", len(matches), what, chosen)
         else:
@@ -283,9 +272,8 @@ class AbmHook(_AbmHookBase):
     def _create(self, call: Call, new: Callable[[], list[dict[str, Any]]]) -> dict[str, Any]:
         """POST a create; after an unknown outcome, look for what it made before sending it again.
 
-        A timed-out request may still be running on the server, so before looking the hook waits as
-        long again as the request was allowed (capped at ``retry_max_wait``); a server slower than
-        that can still race, which nothing but server-side idempotency keys avoids.
+        A timed-out request may still be running on the server, so the hook first waits as long again
+        (capped at ``retry_max_wait``); a slower server can still race: only idempotency keys avoid it.
         """
         limits = self.pipeline.limits
         for attempt in range(1, limits.max_attempts + 1):
@@ -296,24 +284,16 @@ class AbmHook(_AbmHookBase):
                     raise
                 if err.http_status is None:
                     settle = min(limits.request_timeout, limits.retry_max_wait)
-                    self.log.warning(
-                        "%s got no answer; waiting %.1f s before checking whether it took effect",
-                        call.path,
-                        settle,
-                    )
+                    self.log.warning("%s got no answer; looking for its effect in %.1f s", call.path, settle)
                     time.sleep(settle)
                 found = new()
                 if len(found) > 1:
                     err.message += f"; {len(found)} new items of that name appeared ({found}): which is ours?"
                     raise
+                took = "took effect: using it" if found else "did not take effect: sending it again"
+                self.log.warning("%s (%s) %s %s", call.path, err.message, took, found[:1])
                 if found:
-                    self.log.warning(
-                        "%s failed (%s) but did take effect; using %s", call.path, err.message, found[0]
-                    )
                     return found[0]
-                self.log.warning(
-                    "%s failed (%s) and did not take effect; sending it again", call.path, err.message
-                )
         raise AssertionError("the loop returns or raises")  # pragma: no cover
 
     # -- membership ---------------------------------------------------------------------------------
@@ -327,11 +307,9 @@ class AbmHook(_AbmHookBase):
         on_batch: Callable[[BatchResult], None] | None = None,
         keep_not_found: bool = True,
     ) -> AccountsResult:
-        """Add accounts (any iterable, read lazily) in requests of at most ``batch_size`` (max 1000).
-
-        Adding is idempotent (an account already on the list counts as a duplicate), so every
-        request is retried freely. ``on_batch`` sees each request's result as it arrives;
-        ``keep_not_found=False`` keeps only the count of unknown accounts, for very large sources.
+        """Add accounts (any iterable, read lazily) in requests of at most ``batch_size`` (max 1000),
+        each retried freely (an account already on the list is a duplicate). ``on_batch`` sees each
+        answer; ``keep_not_found=False`` keeps only the count of unknown accounts.
         """
         return self._membership("add", list_id, accounts, batch_size, on_batch, keep_not_found)
 
@@ -344,11 +322,8 @@ class AbmHook(_AbmHookBase):
         on_batch: Callable[[BatchResult], None] | None = None,
         keep_not_found: bool = True,
     ) -> AccountsResult:
-        """Remove accounts, batched like :meth:`add_accounts`; ``added`` counts removed accounts.
-
-        Only ``id``, ``crmOrgId`` and ``crmType`` are sent; accounts sent but not reported removed
-        are counted as not found.
-        """
+        """Remove accounts as :meth:`add_accounts` adds them; ``added`` counts those removed, and one
+        sent but not reported removed counts as not found. ``name`` is not sent."""
         return self._membership("remove", list_id, accounts, batch_size, on_batch, keep_not_found)
 
     def _membership(
@@ -425,12 +400,10 @@ class AbmHook(_AbmHookBase):
     def ensure_export_job(
         self, export_type: str, schedule: str, if_exists: JobIfExists = "ignore"
     ) -> dict[str, Any]:
-        """The export job of ``export_type``: created, or the existing one accepted (or refused).
-
-        Returns the created job plus ``created: True``, or ``{"type", "created": False,
-        "requested_schedule"}`` for an existing job (the API cannot read or change its schedule).
-        With ``if_exists="fail"`` an existing job raises ``AbmApiError`` 409. A create whose outcome
-        is unknown is settled by looking whether the job exists now.
+        """The job of ``export_type``: the created job plus ``created: True``, or ``{"type", "created":
+        False, "requested_schedule"}`` for an existing one (its schedule cannot be read or changed);
+        ``if_exists="fail"`` raises ``AbmApiError`` 409 instead. An unknown outcome is settled by
+        looking whether the job exists now.
         """
         if if_exists not in ("ignore", "fail"):
             raise ValueError(f"if_exists must be 'ignore' or 'fail', got {if_exists!r}")
@@ -443,18 +416,13 @@ class AbmHook(_AbmHookBase):
         except AbmApiError as err:
             if err.outcome_unknown and (err.http_status == 409 or self.job_exists(export_type)):
                 self.log.warning(
-                    "Creating the %s export job failed (%s) but it exists now: created",
-                    export_type,
-                    err.message,
+                    "Creating the %s job failed (%s) but it exists now", export_type, err.message
                 )
                 return {"type": export_type, "schedule": schedule, "created": True}
-            if err.http_status != 409:
-                raise
-            if if_exists == "fail":
+            if err.http_status != 409 or if_exists == "fail":
                 raise
             self.log.info(
-                "Export job %s already exists; keeping it (the API cannot read or change its schedule)",
-                export_type,
+                "Export job %s exists; it keeps its schedule (the API cannot change it)", export_type
             )
             return {"type": export_type, "created": False, "requested_schedule": schedule}
         job.setdefault("type", export_type)
@@ -474,14 +442,9 @@ class AbmHook(_AbmHookBase):
         deadline: float | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Every execution of a job, page by page: ``{id, exportId, state, createTime, updateTime,
-        downloadUri}`` each.
-
-        :param state: only executions in this state (sent as ``filter=status=<state>``).
-        :param order_by: ``"createTime"``/``"updateTime"`` then ``asc``/``desc``; ``None`` for the
-            service's default order.
-        :param filter: a raw filter expression instead of ``state``.
-        :param deadline: POSIX time after which no further page is read (``AbmApiError`` kind
-            ``"timeout"``), for a sensor's own timeout.
+        downloadUri}`` each. ``state`` filters (``status=<state>``), or ``filter`` is a raw
+        expression; ``order_by`` is ``createTime``/``updateTime`` then ``asc``/``desc``; past
+        ``deadline`` (POSIX time) no page is read (kind ``"timeout"``), for a sensor's own timeout.
         """
         call = executions_call(
             export_type, state=state, order_by=order_by, page_size=page_size, filter=filter
@@ -498,27 +461,19 @@ class AbmHook(_AbmHookBase):
         chunk_size: int = 8 << 20,
         on_progress: Callable[[int, int | None], None] | None = None,
     ) -> DownloadResult:
-        """Stream ``download_uri`` into ``fileobj`` in ``chunk_size`` pieces, resuming after drops.
+        """Stream ``download_uri`` into ``fileobj``, resuming after drops; memory is three chunks.
 
-        Memory stays at a few chunks whatever the file size. The link and every redirect hop must
-        pass the URL rules; after a dropped connection the transfer resumes with ``Range`` and
-        ``If-Match``; the byte count is checked against ``Content-Length``; a link on another origin
-        than the API gets no ``Authorization`` header. Raises ``AbmApiError`` with ``http_status``
-        403 when the link has expired and 412 when the file changed between attempts.
-        ``fileobj.write`` is handed views of reused buffers: it must be done with each when it returns
-        (files are; a writer that queues chunks must copy them).
+        Every redirect hop meets the URL rules; the length is checked against ``Content-Length``; the
+        key goes only to the API's origin. ``AbmApiError`` 403: the link expired; 412: the file
+        changed. ``fileobj.write`` gets views of reused buffers: it must be done with each on return.
         """
-        return Download(
-            self.pipeline, self.transport, self.log, download_uri, fileobj, chunk_size, on_progress
-        ).run()
+        return Download(self, download_uri, fileobj, chunk_size, on_progress).run()
 
 
 class AbmAsyncHook(_AbmHookBase):
-    """Async client for triggers: same connection, pipeline, bounds and retry policy as :class:`AbmHook`.
-
-    The connection is resolved with the async lookup on first use (a sync lookup inside the
-    triggerer's event loop is refused on Airflow 3). Hooks on one event loop with the same TLS
-    settings share one ``aiohttp`` session; call :meth:`close` (or use ``async with``) when done.
+    """Async client for triggers, with the pipeline and bounds of :class:`AbmHook`. The connection is
+    looked up asynchronously (Airflow 3 refuses a sync lookup in the triggerer); hooks on one event
+    loop share one ``aiohttp`` session. Call :meth:`close` (or use ``async with``) when done.
     """
 
     hook_name = "ABM (Account Lists and Exports API, async)"
@@ -541,9 +496,6 @@ class AbmAsyncHook(_AbmHookBase):
         assert self._pipeline is not None
         return self._pipeline
 
-    async def get_settings(self) -> AbmSettings:
-        return (await self.get_pipeline()).settings
-
     async def close(self) -> None:
         """Give back the shared session; the last hook on the loop to do so closes its connections."""
         if self._transport is not None:
@@ -556,12 +508,9 @@ class AbmAsyncHook(_AbmHookBase):
         await self.close()
 
     async def _call(self, call: Call) -> dict[str, Any]:
-        """An idempotent call (reads only) with the shared retry policy.
-
-        The first attempt runs outside tenacity: setting up its async loop costs a fifth of the CPU
-        of a poll, paid by every one of a triggerer's polls though almost none fail. A failure worth
-        retrying is replayed as tenacity's first attempt, so the waits, the log lines and the attempt
-        count are exactly those of a loop that ran from the start.
+        """A read with the shared retry policy. The first attempt runs outside tenacity (its async loop
+        costs a fifth of a poll's CPU, and almost no poll fails); a failure is replayed as tenacity's
+        first attempt, so waits, log lines and counts are those of a loop run from the start.
         """
         pipe = await self.get_pipeline()
         assert self._transport is not None
