@@ -459,3 +459,17 @@ def test_accounts_stream_with_fewer_collector_passes_and_thresholds_come_back(ab
         assert operator.execute(_context(tmp_path))["sent"] == 2_000
     assert seen and all(t[0] >= STREAMING_THRESHOLD for t in seen)
     assert gc.get_threshold() == before
+
+
+def test_create_operators_push_their_ids_under_their_own_keys(abm: Any, tmp_path: Path) -> None:
+    """``create_folder.output["folder_id"]`` and ``create_list.output["list_id"]`` work in a DAG."""
+    pushed: dict[str, Any] = {}
+    context = _context(tmp_path)
+    context["ti"].xcom_push = lambda key, value: pushed.__setitem__(key, value)
+    folder = CreateAccountListFolderOperator(task_id="f", folder_name="Keys").execute(context)
+    found = CreateAccountListOperator(task_id="l", list_name="Top", folder_id=folder["folderId"]).execute(
+        context
+    )
+    assert pushed == {"folder_id": folder["folderId"], "list_id": found["listId"]}
+    assert set(folder) == {"folderId", "displayName", "folderAccess"}
+    assert set(found) == {"listId", "listName", "folderId"}
