@@ -67,7 +67,8 @@ class AtomicFile:
         if self._file is None:
             if is_local(self.target):
                 os.makedirs(os.path.dirname(local_path(self.temp)), exist_ok=True)
-                self._file = open(local_path(self.temp), "wb", buffering=1 << 20)  # noqa: SIM115
+                # A buffer no larger than the hook's writes, which then go straight to the file.
+                self._file = open(local_path(self.temp), "wb", buffering=256 << 10)  # noqa: SIM115
             else:
                 with contextlib.suppress(Exception):
                     self.target.parent.mkdir(parents=True, exist_ok=True)

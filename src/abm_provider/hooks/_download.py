@@ -25,6 +25,7 @@ from abm_provider.models import DownloadResult
 from abm_provider.urls import UnsafeUrlError, check_url, safe_url, url_origin
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+WRITE_SIZE = 256 << 10
 
 
 class Download:
@@ -122,6 +123,12 @@ class Download:
             return err
         raise AssertionError("an error status always raises")  # pragma: no cover
 
+    def _write(self, view: memoryview) -> None:
+        # Writes of a few hundred KiB: on a VM whose memory the host reclaims, the page cache takes
+        # 8 MiB writes at a third of the speed (measured: 2.1-2.6 s per GiB against 0.4-0.5 s).
+        for start in range(0, len(view), WRITE_SIZE):
+            self.fileobj.write(view[start : start + WRITE_SIZE])
+
     def _progress(self, count: int) -> None:
         self.written += count
         if self.on_progress is not None:
@@ -166,7 +173,7 @@ class Download:
         # allocation); urllib3's public one reads into a new bytes object first.
         readinto = getattr(getattr(raw, "_fp", None), "readinto", None) or raw.readinto
         try:
-            pump(readinto, (self.digest.update, self.fileobj.write), self.chunk_size, self._progress)
+            pump(readinto, (self.digest.update, self._write), self.chunk_size, self._progress)
         finally:
             if self.total is not None and self.written > self.total:
                 message = f"received {self.written} bytes, more than the announced {self.total}"

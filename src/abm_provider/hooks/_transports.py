@@ -12,10 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import heapq
 import logging
+import os
 import socket
 import ssl
 import threading
+import time
 import weakref
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
@@ -52,13 +55,11 @@ class Deadline:
     """The total deadline of one attempt: at ``seconds`` it shuts down the socket the attempt uses."""
 
     def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.expired = False
+        self.seconds, self.ends = seconds, time.monotonic() + seconds
+        self.expired = self.done = False
         self._conn: Any = None
         self._sock: Any = None
         self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
 
     def watch(self, conn: Any) -> None:
         with self._lock:
@@ -68,26 +69,57 @@ class Deadline:
             if self.expired:
                 self._shutdown()
 
-    def _expire(self) -> None:
+    def expire(self) -> None:
         with self._lock:
-            self.expired = True
-            self._shutdown()
+            if not self.done:
+                self.expired = True
+                self._shutdown()
 
     def _shutdown(self) -> None:
-        for sock in {
-            id(s): s for s in (getattr(self._conn, "sock", None), self._sock) if s is not None
-        }.values():
+        for sock in {id(s): s for s in (getattr(self._conn, "sock", None), self._sock) if s}.values():
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
 
     def __enter__(self) -> Deadline:
         self._token = _attempt.set(self)
-        self._timer.start()
+        _watchdog.add(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
+        with self._lock:
+            self.done = True
         _attempt.reset(self._token)
+
+
+class _Watchdog:
+    """One thread for the deadlines of every attempt in the process (a thread each cost more than the
+    request); made again in a forked child, where the parent's thread does not exist."""
+
+    def __init__(self) -> None:
+        self._due: list[tuple[float, int, Deadline]] = []
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def add(self, deadline: Deadline) -> None:
+        with self._wake:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="abm-deadlines", daemon=True)
+                self._thread.start()
+            heapq.heappush(self._due, (deadline.ends, id(deadline), deadline))
+            if self._due[0][2] is deadline:
+                self._wake.notify()
+
+    def _run(self) -> None:
+        with self._wake:
+            while True:
+                now = time.monotonic()
+                while self._due and (self._due[0][2].done or self._due[0][0] <= now):
+                    heapq.heappop(self._due)[2].expire()
+                self._wake.wait(self._due[0][0] - now if self._due else None)
+
+
+_watchdog = _Watchdog()
+os.register_at_fork(after_in_child=_watchdog.__init__)  # type: ignore[misc]
 
 
 class _Watched:
@@ -308,11 +340,12 @@ class AiohttpTransport:
         try:
             async with self._session.request(**prepared.request(), timeout=timeout) as response:
                 cap = prepared.max_body if response.status < 300 else prepared.max_error
+                if response.content_length is not None and response.content_length <= cap:
+                    return Answer(response.status, response.headers, await response.read())
                 body = bytearray()
                 while len(body) <= cap and (chunk := await response.content.read(cap + 1 - len(body))):
                     body += chunk
-                if len(body) > cap or not response.content.at_eof():
-                    response.close()
+                response.close()  # the rest, if any, is not read
                 return Answer(response.status, response.headers, bytes(body))
         except AbmApiError:
             raise

@@ -2,16 +2,19 @@
 
 ``failure(...)``/``afailure(...)`` run one call and return the exception it raised with the time it
 took; ``assert_api_error`` checks the type first (a raw ``requests``/``aiohttp``/``RecursionError``/
-``ValueError`` is the most important failure to report), then the time, then the kind;
+``ValueError`` is the most important failure to report), then the time, then (given ``caplog``) that
+no secret is in it, then the kind;
 ``assert_no_secret`` searches the error (text, repr, attributes, pickle, formatted traceback) and every
 captured log record for the key, raw and inside the Basic token, and for the download signature.
 
 The calls themselves are named (``SYNC_CALLS``, ``ASYNC_CALLS``) so a test can be parametrized over
-the sync and async hooks without repeating their set-up and clean-up.
+the sync and async hooks without repeating their set-up and clean-up; ``trigger_events`` runs an
+``ExecutionCompleteTrigger`` to its end, bounded by its deadline.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import pickle
 import time
@@ -119,15 +122,19 @@ def assert_api_error(
     kinds: Iterable[str] | None,
     within: float,
     http_status: int | None | type[Ellipsis] = ...,
+    caplog: pytest.LogCaptureFixture | None = None,
 ) -> AbmApiError:
     """``err`` is an :class:`AbmApiError` raised within ``within`` seconds, of one of ``kinds``.
 
-    ``kinds=None`` skips the kind (a test that checks it itself); ``http_status`` is checked when given.
+    ``kinds=None`` skips the kind (a test that checks it itself); ``http_status`` is checked when given;
+    with ``caplog``, :func:`assert_no_secret` runs before the kind is checked.
     """
     assert isinstance(err, AbmApiError), f"expected AbmApiError, got {describe(err)}"
     assert elapsed < within, f"took {elapsed:.1f} s (bound {within} s): {describe(err)}"
     if http_status is not ...:
         assert err.http_status == http_status, f"http_status {err.http_status}, expected {http_status}: {err}"
+    if caplog is not None:
+        assert_no_secret(err, caplog)
     if kinds is not None:
         allowed = set(kinds)
         kind = getattr(err, "kind", "<no kind attribute>")
@@ -271,3 +278,31 @@ def download_call(conn_id: str, uri: str, **hook_kwargs: Any) -> Callable[[], An
             hook.close()
 
     return call
+
+
+async def trigger_events(
+    conn_id: str, *, request_timeout: float, late: Callable[[], str], seconds: float = 2, grace: float = 10
+) -> tuple[list[Any], float]:
+    """Run an ``ExecutionCompleteTrigger`` whose deadline is ``seconds`` away; its events and deadline.
+
+    The test fails with ``late()`` in the message when no event came ``grace`` seconds after the deadline.
+    """
+    from abm_provider.triggers.exports import ExecutionCompleteTrigger
+
+    deadline = time.time() + seconds
+    trigger = ExecutionCompleteTrigger(
+        abm_conn_id=conn_id,
+        export_type=TYPE,
+        poll_interval=1,
+        deadline=deadline,
+        request_timeout=request_timeout,
+    )
+
+    async def collect() -> list[Any]:
+        return [event async for event in trigger.run()]
+
+    try:
+        events = await asyncio.wait_for(collect(), timeout=deadline + grace - time.time())
+    except TimeoutError:
+        pytest.fail(f"no event {grace:g} s after the deadline: {late()}")
+    return events, deadline

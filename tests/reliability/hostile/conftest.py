@@ -4,7 +4,8 @@
 address for the duration of a test, and records the attempt; a test that expects a redirect to be
 refused *without connecting* asserts the record is empty. The guard patches ``socket.getaddrinfo`` and
 ``socket.socket.connect``/``connect_ex``, which both ``requests`` (urllib3) and ``aiohttp`` (asyncio)
-go through.
+go through. ``operator_download`` builds the ``DownloadExecutionCsvOperator`` the download tests run,
+publishing to ``destination``.
 """
 
 from __future__ import annotations
@@ -95,6 +96,32 @@ def connect(monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
         conn = {"conn_type": "abm", "host": url, "password": key, "extra": extra}
         monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(conn))
         return conn_id
+
+    return make
+
+
+@pytest.fixture
+def destination(tmp_path: Path) -> Path:
+    """Where :func:`operator_download` publishes the file (nothing else in ``tmp_path`` but task state)."""
+    return tmp_path / "out.csv"
+
+
+@pytest.fixture
+def operator_download(context: dict[str, Any], destination: Path) -> Callable[[str, str], Callable[[], Any]]:
+    """``operator_download(conn_id, uri)`` -> a call of ``DownloadExecutionCsvOperator.execute(context)``.
+
+    The operator (built at once, as a task is) downloads ``uri`` to :func:`destination`.
+    """
+    from abm_provider.operators.exports import DownloadExecutionCsvOperator
+
+    def make(conn_id: str, uri: str) -> Callable[[], Any]:
+        operator = DownloadExecutionCsvOperator(
+            task_id="d",
+            download_uri=uri,
+            destination=str(destination),
+            abm_conn_id=conn_id,
+        )
+        return lambda: operator.execute(context)
 
     return make
 

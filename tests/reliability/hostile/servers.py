@@ -366,16 +366,9 @@ def read_request(sock: socket.socket, timeout: float, stopping: threading.Event)
     ends = time.monotonic() + timeout
     data = b""
     while b"\r\n\r\n" not in data:
-        remaining = ends - time.monotonic()
-        if remaining <= 0 or len(data) > MAX_REQUEST_BYTES or stopping.is_set():
+        if len(data) > MAX_REQUEST_BYTES:
             return None
-        sock.settimeout(min(remaining, 1.0))
-        try:
-            chunk = sock.recv(65536)
-        except TimeoutError:
-            continue
-        except OSError:
-            return None
+        chunk = _receive(sock, ends, stopping)
         if not chunk:
             return None
         data += chunk
@@ -390,20 +383,28 @@ def read_request(sock: socket.socket, timeout: float, stopping: threading.Event)
         headers[name.strip().lower()] = value.strip()
     length = int(headers.get("content-length") or 0)
     while len(body) < min(length, MAX_REQUEST_BYTES):
-        remaining = ends - time.monotonic()
-        if remaining <= 0 or stopping.is_set():
-            return None
-        sock.settimeout(min(remaining, 1.0))
-        try:
-            chunk = sock.recv(65536)
-        except TimeoutError:
-            continue
-        except OSError:
+        chunk = _receive(sock, ends, stopping)
+        if chunk is None:
             return None
         if not chunk:
             break
         body += chunk
     return Request(parts[0], parts[1], parts[2], headers, body, head)
+
+
+def _receive(sock: socket.socket, ends: float, stopping: threading.Event) -> bytes | None:
+    """The next bytes of a request (``b""`` once the client closed); ``None`` on time-out, stop or error."""
+    while True:
+        remaining = ends - time.monotonic()
+        if remaining <= 0 or stopping.is_set():
+            return None
+        sock.settimeout(min(remaining, 1.0))
+        try:
+            return sock.recv(65536)
+        except TimeoutError:
+            continue
+        except OSError:
+            return None
 
 
 # --- building answers ---------------------------------------------------------------------------------
@@ -441,6 +442,11 @@ def error_body(
     return {"error": error}
 
 
+def refuse(conn: Conn, req: Request) -> None:
+    """The handler of an origin that must not be called (the API, while a test downloads elsewhere)."""
+    conn.answer(500, error_body(500, "INTERNAL", "must not be called"))
+
+
 def page(key: str, items: list[dict[str, Any]], token: str) -> dict[str, Any]:
     return {key: items, "nextPageToken": token}
 
@@ -474,3 +480,17 @@ class Tokens:
             token = f"tok-{len(self.issued):06d}"
             self.issued.append(token)
             return token
+
+
+def item_key(req: Request) -> str:
+    """The array an answer carries its items in, by the request's path (a listing, or an add)."""
+    if req.path.endswith("/accounts/add"):
+        return "successfulAccounts"
+    for fragment, key in (
+        ("/folders", "folders"),
+        ("/executions", "exportJobExecutions"),
+        ("/accountLists", "lists"),
+    ):
+        if fragment in req.path:
+            return key
+    return "items"

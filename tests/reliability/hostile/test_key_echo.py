@@ -11,6 +11,7 @@ pickle, traceback) or in any log record at any level.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ from .checks import (
     signed_link,
     sync_call,
 )
-from .servers import Conn, HostileServer, Request, error_body
+from .servers import Conn, HostileServer, Request, error_body, refuse
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -70,12 +71,11 @@ def echo_handler(where: str) -> Callable[[Conn, Request], None]:
     return handle
 
 
-def expected_status(where: str) -> int:
-    return {"retry-after": 429, "non-json-200": 200}.get(where, 400)
-
-
-def expected_kinds(where: str) -> set[str]:
-    return {"malformed"} if where == "non-json-200" else {"answer"}
+def assert_hidden(err: Any, elapsed: float, where: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The answer's status and kind (``malformed`` for a 200 that is not JSON), with no secret anywhere."""
+    status = {"retry-after": 429, "non-json-200": 200}.get(where, 400)
+    kinds = {"malformed"} if where == "non-json-200" else {"answer"}
+    assert_api_error(err, elapsed, kinds=kinds, within=15, http_status=status, caplog=caplog)
 
 
 def settings(auth_type: str) -> dict[str, Any]:
@@ -91,9 +91,7 @@ def test_sync_hook_hides_an_echoed_key(
         conn_id = connect(srv.url, **settings(auth_type))
         err, elapsed = failure(sync_call(conn_id, "iter_folders"))
     assert srv.requests and srv.requests[0].header("authorization"), "the API got the credential"
-    assert_api_error(err, elapsed, kinds=None, within=15, http_status=expected_status(where))
-    assert_no_secret(err, caplog)
-    assert_api_error(err, elapsed, kinds=expected_kinds(where), within=15)
+    assert_hidden(err, elapsed, where, caplog)
 
 
 @pytest.mark.parametrize("call", ["add_accounts", "create_folder"])
@@ -104,9 +102,7 @@ def test_sync_writes_hide_an_echoed_key(
     with HostileServer(echo_handler(where)) as srv:
         conn_id = connect(srv.url, **settings("basic"))
         err, elapsed = failure(sync_call(conn_id, call))
-    assert_api_error(err, elapsed, kinds=None, within=15, http_status=400)
-    assert_no_secret(err, caplog)
-    assert_api_error(err, elapsed, kinds={"answer"}, within=15)
+    assert_hidden(err, elapsed, where, caplog)
 
 
 @pytest.mark.parametrize("auth_type", ["bearer", "basic"])
@@ -118,50 +114,31 @@ async def test_async_hook_hides_an_echoed_key(
         conn_id = connect(srv.url, **settings(auth_type))
         err, elapsed = await afailure(async_call(conn_id, "iter_executions"))
     assert srv.requests and srv.requests[0].header("authorization"), "the API got the credential"
-    assert_api_error(err, elapsed, kinds=None, within=15, http_status=expected_status(where))
-    assert_no_secret(err, caplog)
-    assert_api_error(err, elapsed, kinds=expected_kinds(where), within=15)
-
-
-def _never(conn: Conn, req: Request) -> None:
-    conn.answer(500, error_body(500, "INTERNAL", "the API must not be called by a download"))
+    assert_hidden(err, elapsed, where, caplog)
 
 
 @pytest.mark.parametrize("where", [w for w in WHERES if w != "non-json-200"])
 def test_download_hides_an_echoed_key_and_signature(
     where: str, connect: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with HostileServer(_never) as api, HostileServer(echo_handler(where)) as storage:
+    with HostileServer(refuse) as api, HostileServer(echo_handler(where)) as storage:
         conn_id = connect(api.url, **settings("basic"))
         err, elapsed = failure(download_call(conn_id, signed_link(storage.url)))
     assert api.request_count == 0
     assert storage.requests and all(r.header("authorization") is None for r in storage.requests), (
         "the key went to the storage origin"
     )
-    assert_api_error(err, elapsed, kinds=None, within=15, http_status=expected_status(where))
-    assert_no_secret(err, caplog)
-    assert_api_error(err, elapsed, kinds={"answer"}, within=15)
+    assert_hidden(err, elapsed, where, caplog)
 
 
 def test_operator_download_hides_an_echoed_signature(
-    connect: Any, caplog: pytest.LogCaptureFixture, context: dict[str, Any], tmp_path: Any
+    connect: Any, caplog: pytest.LogCaptureFixture, destination: Path, operator_download: Any
 ) -> None:
-    from abm_provider.operators.exports import DownloadExecutionCsvOperator
-
-    destination = tmp_path / "out.csv"
-    with HostileServer(_never) as api, HostileServer(echo_handler("xml-code")) as storage:
+    with HostileServer(refuse) as api, HostileServer(echo_handler("xml-code")) as storage:
         conn_id = connect(api.url, **settings("bearer"))
-        operator = DownloadExecutionCsvOperator(
-            task_id="d",
-            download_uri=signed_link(storage.url),
-            destination=str(destination),
-            abm_conn_id=conn_id,
-        )
-        err, elapsed = failure(lambda: operator.execute(context))
+        err, elapsed = failure(operator_download(conn_id, signed_link(storage.url)))
     assert not destination.exists()
-    assert_api_error(err, elapsed, kinds=None, within=15, http_status=400)
-    assert_no_secret(err, caplog)
-    assert_api_error(err, elapsed, kinds={"answer"}, within=15)
+    assert_hidden(err, elapsed, "xml-code", caplog)
 
 
 def _csv(conn: Conn, req: Request) -> None:
@@ -170,7 +147,7 @@ def _csv(conn: Conn, req: Request) -> None:
 
 def test_successful_download_logs_no_signature(connect: Any, caplog: pytest.LogCaptureFixture) -> None:
     """The link's query is a credential for the file: no log line at any level carries it."""
-    with HostileServer(_never) as api, HostileServer(_csv) as storage:
+    with HostileServer(refuse) as api, HostileServer(_csv) as storage:
         conn_id = connect(api.url, **settings("bearer"))
         err, _ = failure(download_call(conn_id, signed_link(storage.url)))
     assert err is None, f"the download failed: {err!r}"

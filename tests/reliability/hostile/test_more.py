@@ -6,19 +6,18 @@ with the key nowhere. Several of these already hold for the code as it was; they
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import struct
 import time
 import zlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .checks import (
     KEY,
-    TYPE,
     afailure,
     assert_api_error,
     assert_no_secret,
@@ -30,8 +29,9 @@ from .checks import (
     signed_link,
     sync_call,
     traced_peak,
+    trigger_events,
 )
-from .servers import Conn, HostileServer, MiB, Request, error_body, head_bytes, page
+from .servers import Conn, HostileServer, MiB, Request, error_body, head_bytes, page, refuse
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -46,10 +46,6 @@ def raw(data: bytes) -> Callable[[Conn, Request], None]:
         conn.send(data)
 
     return handle
-
-
-def refuse(conn: Conn, req: Request) -> None:
-    conn.answer(500, error_body(500, "INTERNAL", "must not be called"))
 
 
 def folders_page(req: Request) -> bytes:
@@ -156,20 +152,11 @@ async def test_async_bad_content_length(length: str, connect: Any) -> None:
 
 @pytest.mark.parametrize("length", ["invalid", "negative", "huge"])
 def test_download_bad_content_length(
-    length: str, connect: Any, context: dict[str, Any], tmp_path: Any
+    length: str, connect: Any, destination: Path, operator_download: Any
 ) -> None:
-    from abm_provider.operators.exports import DownloadExecutionCsvOperator
-
-    destination = tmp_path / "out.csv"
     with HostileServer(refuse) as api, HostileServer(bad_length(CONTENT_LENGTHS[length])) as storage:
         conn_id = connect(api.url, **SETTINGS)
-        operator = DownloadExecutionCsvOperator(
-            task_id="d",
-            download_uri=signed_link(storage.url),
-            destination=str(destination),
-            abm_conn_id=conn_id,
-        )
-        err, elapsed = failure(lambda: operator.execute(context))
+        err, elapsed = failure(operator_download(conn_id, signed_link(storage.url)))
     assert_api_error(err, elapsed, kinds={"malformed", "lost", "too_large"}, within=BOUND)
     assert not destination.exists()
 
@@ -415,8 +402,7 @@ def test_sync_401_html_page(auth_type: str, connect: Any, caplog: pytest.LogCapt
     assert_api_error(err, elapsed, kinds=None, within=BOUND, http_status=401)
     assert srv.request_count == 1, "a 401 is not retried"
     assert_short_message(err)
-    assert_no_secret(err, caplog)
-    assert_api_error(err, elapsed, kinds={"answer"}, within=BOUND)
+    assert_api_error(err, elapsed, kinds={"answer"}, within=BOUND, caplog=caplog)
 
 
 async def test_async_401_html_page(connect: Any, caplog: pytest.LogCaptureFixture) -> None:
@@ -426,8 +412,7 @@ async def test_async_401_html_page(connect: Any, caplog: pytest.LogCaptureFixtur
     assert_api_error(err, elapsed, kinds=None, within=BOUND, http_status=401)
     assert srv.request_count == 1
     assert_short_message(err)
-    assert_no_secret(err, caplog)
-    assert_api_error(err, elapsed, kinds={"answer"}, within=BOUND)
+    assert_api_error(err, elapsed, kinds={"answer"}, within=BOUND, caplog=caplog)
 
 
 # --- the trigger against a server that never answers ------------------------------------------------
@@ -441,22 +426,9 @@ def silent(conn: Conn, req: Request) -> None:
 async def test_trigger_deadline_holds_during_a_request_that_never_answers(
     connect: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from abm_provider.triggers.exports import ExecutionCompleteTrigger
-
     with HostileServer(silent) as srv:
         conn_id = connect(srv.url, max_attempts=2, retry_max_wait=0.2)
-        deadline = time.time() + 2
-        trigger = ExecutionCompleteTrigger(
-            abm_conn_id=conn_id, export_type=TYPE, poll_interval=1, deadline=deadline, request_timeout=60
-        )
-
-        async def collect() -> list[Any]:
-            return [event async for event in trigger.run()]
-
-        try:
-            events = await asyncio.wait_for(collect(), timeout=deadline + 10 - time.time())
-        except TimeoutError:
-            pytest.fail("no event 10 s after the deadline: the request outlived it")
+        events, _ = await trigger_events(conn_id, request_timeout=60, late=lambda: "the request outlived it")
     assert len(events) == 1
     assert events[0].payload.get("status") in {"timeout", "error"}
     assert_no_secret(None, caplog, events=events)

@@ -10,7 +10,9 @@ An API call answering ``302`` is not followed at all: the server the ``Location`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +28,7 @@ from .checks import (
     signed_link,
     sync_call,
 )
-from .servers import Conn, HostileServer, Request, error_body
+from .servers import Conn, HostileServer, Request, refuse
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -56,14 +58,44 @@ def serve_csv(conn: Conn, req: Request) -> None:
     conn.answer(200, CSV, {"ETag": '"e1"'}, content_type="text/csv")
 
 
-def refuse(conn: Conn, req: Request) -> None:
-    conn.answer(500, error_body(500, "INTERNAL", "must not be called"))
-
-
 def assert_nothing_reached(network_guard: list[str], *servers: HostileServer) -> None:
     assert network_guard == [], f"tried to reach the network: {network_guard}"
     for server in servers:
         assert all(r.header("authorization") is None for r in server.requests), "the key left the API"
+
+
+@contextlib.contextmanager
+def unsafe_redirect(target: str) -> Iterator[tuple[HostileServer, HostileServer]]:
+    """An API that must not be called, and a storage origin whose link redirects to ``target``."""
+    with (
+        HostileServer(refuse) as api,
+        HostileServer(redirect_to(lambda r: UNSAFE_TARGETS[target])) as storage,
+    ):
+        yield api, storage
+
+
+def assert_hop_refused(
+    err: Any, elapsed: float, network_guard: list[str], caplog: Any, storage: HostileServer
+) -> None:
+    """An unsafe hop is final: nothing reached, the link fetched once, ``unsafe_url``, no secret."""
+    assert_api_error(err, elapsed, kinds=None, within=10)
+    assert_nothing_reached(network_guard, storage)
+    assert storage.request_count == 1, (
+        f"an unsafe redirect is final, yet the link was fetched {storage.request_count} times"
+    )
+    assert_api_error(err, elapsed, kinds={"unsafe_url"}, within=10, caplog=caplog)
+
+
+def assert_redirects_stopped(
+    err: Any, elapsed: float, network_guard: list[str], caplog: Any, *storage: HostileServer
+) -> None:
+    """At most ``max_redirects`` hops were followed, nothing else reached; ``redirect``, no secret."""
+    assert_api_error(err, elapsed, kinds=None, within=10)
+    hops = sum(server.request_count for server in storage)
+    limit = SETTINGS["max_redirects"]
+    assert hops <= limit + 1, f"{hops} requests (followed {hops - 1} hops) with max_redirects={limit}"
+    assert_nothing_reached(network_guard, *storage)
+    assert_api_error(err, elapsed, kinds={"redirect"}, within=10, caplog=caplog)
 
 
 # --- download hops ------------------------------------------------------------------------------------
@@ -73,20 +105,11 @@ def assert_nothing_reached(network_guard: list[str], *servers: HostileServer) ->
 def test_download_refuses_an_unsafe_redirect_without_connecting(
     target: str, connect: Any, network_guard: list[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    with (
-        HostileServer(refuse) as api,
-        HostileServer(redirect_to(lambda r: UNSAFE_TARGETS[target])) as storage,
-    ):
+    with unsafe_redirect(target) as (api, storage):
         conn_id = connect(api.url, **SETTINGS)
         err, elapsed = failure(download_call(conn_id, signed_link(storage.url)))
-    assert_api_error(err, elapsed, kinds=None, within=10)
-    assert_nothing_reached(network_guard, storage)
+    assert_hop_refused(err, elapsed, network_guard, caplog, storage)
     assert api.request_count == 0
-    assert storage.request_count == 1, (
-        f"an unsafe redirect is final, yet the link was fetched {storage.request_count} times"
-    )
-    assert_no_secret(err, caplog)
-    assert_api_error(err, elapsed, kinds={"unsafe_url"}, within=10)
 
 
 @pytest.mark.parametrize("target", ["plain-http", "metadata", "file"])
@@ -95,31 +118,16 @@ def test_operator_publishes_nothing_after_an_unsafe_redirect(
     connect: Any,
     network_guard: list[str],
     caplog: pytest.LogCaptureFixture,
-    context: dict[str, Any],
-    tmp_path: Any,
+    tmp_path: Path,
+    destination: Path,
+    operator_download: Any,
 ) -> None:
-    from abm_provider.operators.exports import DownloadExecutionCsvOperator
-
-    destination = tmp_path / "out.csv"
-    with (
-        HostileServer(refuse) as api,
-        HostileServer(redirect_to(lambda r: UNSAFE_TARGETS[target])) as storage,
-    ):
+    with unsafe_redirect(target) as (api, storage):
         conn_id = connect(api.url, **SETTINGS)
-        operator = DownloadExecutionCsvOperator(
-            task_id="d",
-            download_uri=signed_link(storage.url),
-            destination=str(destination),
-            abm_conn_id=conn_id,
-        )
-        err, elapsed = failure(lambda: operator.execute(context))
+        err, elapsed = failure(operator_download(conn_id, signed_link(storage.url)))
     assert not destination.exists(), "a file was published after a refused redirect"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "state") == [], "files left behind"
-    assert_api_error(err, elapsed, kinds=None, within=10)
-    assert_nothing_reached(network_guard, storage)
-    assert storage.request_count == 1
-    assert_no_secret(err, caplog)
-    assert_api_error(err, elapsed, kinds={"unsafe_url"}, within=10)
+    assert_hop_refused(err, elapsed, network_guard, caplog, storage)
 
 
 def test_download_stops_a_redirect_loop(
@@ -132,70 +140,41 @@ def test_download_stops_a_redirect_loop(
         ports.update(a=a.url, b=b.url)
         conn_id = connect(api.url, **{**SETTINGS, "max_attempts": 1})
         err, elapsed = failure(download_call(conn_id, signed_link(a.url, "/bucket/a.csv")))
-    assert_api_error(err, elapsed, kinds=None, within=10)
-    hops = a.request_count + b.request_count
-    assert hops <= SETTINGS["max_redirects"] + 1, f"{hops} requests for a loop (max_redirects=3)"
-    assert_nothing_reached(network_guard, a, b)
-    assert_no_secret(err, caplog)
-    assert_api_error(err, elapsed, kinds={"redirect"}, within=10)
+    assert_redirects_stopped(err, elapsed, network_guard, caplog, a, b)
 
 
 def test_download_stops_after_max_redirects(
     connect: Any,
     network_guard: list[str],
     caplog: pytest.LogCaptureFixture,
-    context: dict[str, Any],
-    tmp_path: Any,
+    destination: Path,
+    operator_download: Any,
 ) -> None:
-    from abm_provider.operators.exports import DownloadExecutionCsvOperator
-
     def next_hop(req: Request) -> str:
         return f"/hop/{req.index + 1}.csv?X-Amz-Signature={req.param('X-Amz-Signature')}"
 
-    destination = tmp_path / "out.csv"
     with HostileServer(refuse) as api, HostileServer(redirect_to(next_hop), max_requests=60) as storage:
         conn_id = connect(api.url, **{**SETTINGS, "max_attempts": 1})
-        operator = DownloadExecutionCsvOperator(
-            task_id="d",
-            download_uri=signed_link(storage.url),
-            destination=str(destination),
-            abm_conn_id=conn_id,
-        )
-        err, elapsed = failure(lambda: operator.execute(context))
+        err, elapsed = failure(operator_download(conn_id, signed_link(storage.url)))
     assert not destination.exists()
-    assert_api_error(err, elapsed, kinds=None, within=10)
-    assert storage.request_count <= SETTINGS["max_redirects"] + 1, (
-        f"followed {storage.request_count - 1} hops with max_redirects=3"
-    )
-    assert_nothing_reached(network_guard, storage)
-    assert_no_secret(err, caplog)
-    assert_api_error(err, elapsed, kinds={"redirect"}, within=10)
+    assert_redirects_stopped(err, elapsed, network_guard, caplog, storage)
 
 
 def test_download_follows_a_safe_redirect_without_the_key(
     connect: Any,
     network_guard: list[str],
     caplog: pytest.LogCaptureFixture,
-    context: dict[str, Any],
-    tmp_path: Any,
+    destination: Path,
+    operator_download: Any,
 ) -> None:
     """The control: one hop to another loopback origin is followed, and nobody gets the key."""
-    from abm_provider.operators.exports import DownloadExecutionCsvOperator
-
-    destination = tmp_path / "out.csv"
     with (
         HostileServer(refuse) as api,
         HostileServer(serve_csv) as origin,
         HostileServer(redirect_to(lambda r: signed_link(origin.url, "/real/file.csv"))) as storage,
     ):
         conn_id = connect(api.url, **SETTINGS)
-        operator = DownloadExecutionCsvOperator(
-            task_id="d",
-            download_uri=signed_link(storage.url),
-            destination=str(destination),
-            abm_conn_id=conn_id,
-        )
-        result = operator.execute(context)
+        result = operator_download(conn_id, signed_link(storage.url))()
     assert destination.read_bytes() == CSV
     assert result["bytes"] == len(CSV)
     assert api.request_count == 0 and storage.request_count == 1 and origin.request_count == 1
@@ -224,8 +203,7 @@ def test_sync_hook_refuses_an_unsafe_base_url(
     err, elapsed = failure(sync_call(conn_id, "iter_folders"))
     assert_api_error(err, elapsed, kinds=None, within=10)
     assert network_guard == [], f"tried to reach the network: {network_guard}"
-    assert_no_secret(err, caplog)
-    assert_api_error(err, elapsed, kinds={"unsafe_url"}, within=10)
+    assert_api_error(err, elapsed, kinds={"unsafe_url"}, within=10, caplog=caplog)
 
 
 async def test_async_hook_refuses_an_unsafe_base_url(
@@ -241,7 +219,23 @@ async def test_async_hook_refuses_an_unsafe_base_url(
 # --- API calls are never redirected ------------------------------------------------------------------
 
 
-def assert_not_followed(err: Any) -> None:
+def assert_not_followed(
+    err: Any,
+    elapsed: float,
+    network_guard: list[str],
+    api: HostileServer,
+    *,
+    target: HostileServer | None = None,
+    caplog: Any = None,
+) -> None:
+    """The redirect answer is final (one request, nothing else reached); ``redirect`` or a 3xx ``answer``."""
+    assert_api_error(err, elapsed, kinds=None, within=10)
+    if target is not None:
+        assert target.request_count == 0, "the redirect of an API call was followed"
+    assert api.request_count == 1, "a redirect answer is final"
+    assert network_guard == []
+    if caplog is not None:
+        assert_no_secret(err, caplog)
     kind = getattr(err, "kind", "<no kind attribute>")
     assert kind in {"redirect", "answer"}, f"kind {kind!r}, expected 'redirect' or 'answer': {err}"
     assert kind == "redirect" or 300 <= (err.http_status or 0) < 400, f"http_status {err.http_status}: {err}"
@@ -256,12 +250,7 @@ def test_sync_api_call_does_not_follow_a_redirect(
     with target, HostileServer(redirect_to(lambda r: target.url + r.target, status)) as api:
         conn_id = connect(api.url, **SETTINGS)
         err, elapsed = failure(sync_call(conn_id, call))
-    assert_api_error(err, elapsed, kinds=None, within=10)
-    assert target.request_count == 0, "the redirect of an API call was followed"
-    assert api.request_count == 1, "a redirect answer is final"
-    assert network_guard == []
-    assert_no_secret(err, caplog)
-    assert_not_followed(err)
+    assert_not_followed(err, elapsed, network_guard, api, target=target, caplog=caplog)
 
 
 async def test_async_api_call_does_not_follow_a_redirect(
@@ -271,12 +260,7 @@ async def test_async_api_call_does_not_follow_a_redirect(
     with target, HostileServer(redirect_to(lambda r: target.url + r.target)) as api:
         conn_id = connect(api.url, **SETTINGS)
         err, elapsed = await afailure(async_call(conn_id, "iter_executions"))
-    assert_api_error(err, elapsed, kinds=None, within=10)
-    assert target.request_count == 0, "the redirect of an API call was followed"
-    assert api.request_count == 1
-    assert network_guard == []
-    assert_no_secret(err, caplog)
-    assert_not_followed(err)
+    assert_not_followed(err, elapsed, network_guard, api, target=target, caplog=caplog)
 
 
 def test_sync_api_call_does_not_follow_a_redirect_to_metadata(
@@ -285,7 +269,4 @@ def test_sync_api_call_does_not_follow_a_redirect_to_metadata(
     with HostileServer(redirect_to(lambda r: UNSAFE_TARGETS["metadata"])) as api:
         conn_id = connect(api.url, **SETTINGS)
         err, elapsed = failure(sync_call(conn_id, "iter_executions"))
-    assert_api_error(err, elapsed, kinds=None, within=10)
-    assert network_guard == []
-    assert api.request_count == 1
-    assert_not_followed(err)
+    assert_not_followed(err, elapsed, network_guard, api)
