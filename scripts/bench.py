@@ -764,7 +764,7 @@ class StartupSection:
                 "-",
                 "-",
                 f"{fig_split['provider']:.3f} s",
-                f"http provider, requests, aiohttp, tenacity {fig_split['deps']:.2f} s",
+                f"requests, aiohttp, tenacity {fig_split['deps']:.2f} s",
                 fig_split,
                 split,
             )
