@@ -257,13 +257,6 @@ async def test_async_success_body_over_max_response_bytes(connect: Any) -> None:
     assert_api_error(err, elapsed, kinds={"too_large"}, within=BOUND)
 
 
-def test_sync_success_body_under_the_default_limit_is_read(connect: Any) -> None:
-    """The control: 2 MiB is a valid (if large) page under the default 32 MiB."""
-    with HostileServer(big_json(2 * MiB, framing="length")) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        assert sync_call(conn_id, "iter_folders")() == []
-
-
 @functools.lru_cache(maxsize=1)
 def gzip_bomb() -> bytes:
     """About 1 MiB of gzip that inflates to 1 GiB of zeros (fully flushed blocks, repeated)."""

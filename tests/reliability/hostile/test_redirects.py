@@ -24,7 +24,6 @@ from .checks import (
     async_call,
     download_call,
     failure,
-    key_forms,
     signed_link,
     sync_call,
 )
@@ -158,28 +157,6 @@ def test_download_stops_after_max_redirects(
         err, elapsed = failure(operator_download(conn_id, signed_link(storage.url)))
     assert not destination.exists()
     assert_redirects_stopped(err, elapsed, network_guard, caplog, storage)
-
-
-def test_download_follows_a_safe_redirect_without_the_key(
-    connect: Any,
-    network_guard: list[str],
-    caplog: pytest.LogCaptureFixture,
-    destination: Path,
-    operator_download: Any,
-) -> None:
-    """The control: one hop to another loopback origin is followed, and nobody gets the key."""
-    with (
-        HostileServer(refuse) as api,
-        HostileServer(serve_csv) as origin,
-        HostileServer(redirect_to(lambda r: signed_link(origin.url, "/real/file.csv"))) as storage,
-    ):
-        conn_id = connect(api.url, **SETTINGS)
-        result = operator_download(conn_id, signed_link(storage.url))()
-    assert destination.read_bytes() == CSV
-    assert result["bytes"] == len(CSV)
-    assert api.request_count == 0 and storage.request_count == 1 and origin.request_count == 1
-    assert_nothing_reached(network_guard, storage, origin)
-    assert_no_secret(None, caplog, key_forms())
 
 
 @pytest.mark.parametrize("link", ["metadata", "metadata-https", "file", "ftp", "plain-http"])
