@@ -85,11 +85,15 @@ def test_serializes_primitives_only_and_round_trips() -> None:
         updated_after="2026-03-01T00:00:00+00:00",
         poll_interval=30,
         deadline=1_800_000_000.5,
+        hook_params={"max_pages": 7},
     )
     classpath, kwargs = trigger.serialize()
     assert classpath == "abm_provider.triggers.exports.ExecutionCompleteTrigger"
     json.dumps(kwargs)  # nothing but JSON primitives
+    settings = kwargs.pop("hook_params")
+    assert settings == {"max_pages": 7}
     assert all(v is None or isinstance(v, (str, int, float)) for v in kwargs.values())
+    kwargs["hook_params"] = settings
     assert not any("key" in name or "password" in name for name in kwargs)
     assert ExecutionCompleteTrigger(**kwargs).serialize() == (classpath, kwargs)
 
@@ -151,3 +155,18 @@ async def test_permanent_error_is_an_error_event(monkeypatch: pytest.MonkeyPatch
 def test_bad_cutoff_fails_at_construction() -> None:
     with pytest.raises(ValueError, match="not an ISO 8601"):
         ExecutionCompleteTrigger(abm_conn_id="c", export_type="T", updated_after="soon")
+
+
+def test_the_sensors_hook_params_reach_the_triggers_hook() -> None:
+    """A bound set on the sensor (``max_pages``) still holds once the wait is deferred."""
+    from abm_provider.sensors.exports import ExecutionCompleteSensor
+
+    sensor = ExecutionCompleteSensor(
+        task_id="wait", export_type="TACTIC_PERFORMANCE", hook_params={"max_pages": 7}, max_attempts=2
+    )
+    assert sensor.get_hook().hook_params["max_pages"] == 7
+    trigger = ExecutionCompleteTrigger(
+        abm_conn_id="abm_default", export_type="TACTIC_PERFORMANCE", hook_params=sensor.hook_params
+    )
+    hook = ExecutionCompleteTrigger(**trigger.serialize()[1])._hook()
+    assert hook.hook_params["max_pages"] == 7

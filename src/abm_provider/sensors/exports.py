@@ -174,6 +174,7 @@ class ExecutionCompleteSensor(AbmHookSettings, BaseSensorOperator):
             max_attempts=self.max_attempts,
             retry_max_wait=self.retry_max_wait,
             request_timeout=self.request_timeout,
+            hook_params=self.hook_params,
         )
         self.log.info(
             "Deferring until a %s execution completes (deadline in %.0fs)", self.export_type, self.timeout

@@ -220,6 +220,7 @@ class ExecutionCompleteTrigger(BaseTrigger):
     :param retry_max_wait: longest single back-off wait in seconds (hook default if None); a trigger
         serialized by the previous release passes it as ``max_wait``, still accepted.
     :param request_timeout: total deadline of one request in seconds (hook default if None).
+    :param hook_params: any other hook setting by name (``max_pages``...), numbers only.
 
     The deadline is also checked between the pages of one look, so a service that keeps handing out
     pages cannot hold the trigger past it.
@@ -236,6 +237,7 @@ class ExecutionCompleteTrigger(BaseTrigger):
         max_attempts: int | None = None,
         retry_max_wait: float | None = None,
         request_timeout: float | None = None,
+        hook_params: dict[str, Any] | None = None,
         max_wait: float | None = None,
     ) -> None:
         super().__init__()
@@ -252,6 +254,7 @@ class ExecutionCompleteTrigger(BaseTrigger):
         # max_wait: the name a trigger serialized by the previous release carries.
         self.retry_max_wait = retry_max_wait if retry_max_wait is not None else max_wait
         self.request_timeout = request_timeout
+        self.hook_params = dict(hook_params or {})
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Class path and primitive kwargs only: no key, no hook, no datetime objects."""
@@ -266,18 +269,19 @@ class ExecutionCompleteTrigger(BaseTrigger):
                 "max_attempts": self.max_attempts,
                 "retry_max_wait": self.retry_max_wait,
                 "request_timeout": self.request_timeout,
+                "hook_params": self.hook_params,
             },
         )
 
     def _hook(self) -> AbmAsyncHook:
         from abm_provider.hooks.abm import AbmAsyncHook
 
-        return AbmAsyncHook(
-            self.abm_conn_id,
-            max_attempts=self.max_attempts,
-            retry_max_wait=self.retry_max_wait,
-            request_timeout=self.request_timeout,
-        )
+        settings = {
+            "max_attempts": self.max_attempts,
+            "retry_max_wait": self.retry_max_wait,
+            "request_timeout": self.request_timeout,
+        }
+        return AbmAsyncHook(self.abm_conn_id, **{**self.hook_params, **settings})
 
     async def check_once(self, hook: AbmAsyncHook) -> Verdict:
         """One look at the executions, newest first, reading only as many pages as the answer needs."""
