@@ -14,6 +14,7 @@ reader never sees a partial file; :mod:`abm_provider.download` holds those piece
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal, cast
 from urllib.parse import urlsplit
@@ -84,6 +85,12 @@ class CreateExportJobOperator(AbmBaseOperator):
         self.export_type = export_type
         self.schedule = schedule
         self.if_exists = if_exists
+
+    @staticmethod
+    def job_exists(hook: AbmHook, export_type: str) -> bool:
+        """Deprecated: use ``AbmHook.job_exists`` (kept for one release)."""
+        warnings.warn("use AbmHook.job_exists(export_type)", DeprecationWarning, stacklevel=2)
+        return hook.job_exists(export_type)
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Validate the schedule, then the hook's create-or-accept."""
