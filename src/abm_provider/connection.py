@@ -151,6 +151,21 @@ def _number(value: Any, name: str, where: str, *, low: float, high: float, whole
     return int(number) if whole else number
 
 
+def task_settings(
+    hook_params: Mapping[str, Any],
+    max_attempts: int | None,
+    retry_max_wait: float | None,
+    request_timeout: float | None,
+) -> dict[str, Any]:
+    """The settings a task (operator, sensor or trigger) gives its hook: the named ones win."""
+    named = {
+        "max_attempts": max_attempts,
+        "retry_max_wait": retry_max_wait,
+        "request_timeout": request_timeout,
+    }
+    return {**hook_params, **named}
+
+
 def renamed(given: Mapping[str, Any], owner: str) -> dict[str, Any]:
     """``given`` with settings under their old names moved to the new ones, warning once per name."""
     result = dict(given)

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from abm_provider.connection import task_settings
+
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
@@ -65,12 +67,10 @@ class AbmHookSettings:
         """A new hook with this task's settings (one per thread where requests run side by side)."""
         from abm_provider.hooks.abm import AbmHook
 
-        settings = {
-            "max_attempts": self.max_attempts,
-            "retry_max_wait": self.retry_max_wait,
-            "request_timeout": self.request_timeout,
-        }
-        return AbmHook(self.abm_conn_id, **{**self.hook_params, **settings})
+        settings = task_settings(
+            self.hook_params, self.max_attempts, self.retry_max_wait, self.request_timeout
+        )
+        return AbmHook(self.abm_conn_id, **settings)
 
     @cached_property
     def hook(self) -> AbmHook:

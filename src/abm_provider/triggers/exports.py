@@ -274,14 +274,13 @@ class ExecutionCompleteTrigger(BaseTrigger):
         )
 
     def _hook(self) -> AbmAsyncHook:
+        from abm_provider.connection import task_settings
         from abm_provider.hooks.abm import AbmAsyncHook
 
-        settings = {
-            "max_attempts": self.max_attempts,
-            "retry_max_wait": self.retry_max_wait,
-            "request_timeout": self.request_timeout,
-        }
-        return AbmAsyncHook(self.abm_conn_id, **{**self.hook_params, **settings})
+        settings = task_settings(
+            self.hook_params, self.max_attempts, self.retry_max_wait, self.request_timeout
+        )
+        return AbmAsyncHook(self.abm_conn_id, **settings)
 
     async def check_once(self, hook: AbmAsyncHook) -> Verdict:
         """One look at the executions, newest first, reading only as many pages as the answer needs."""
