@@ -124,16 +124,26 @@ def _literal(value: str) -> str:
 
 
 def _read_rejects(path: str | None) -> list[dict[str, str]]:
+    """The rejects file's rows, with the refused row's account ``id`` and its JSON (``raw``) as ``row``."""
     if not path:
         return []
     with ObjectStoragePath(path).open("r", encoding="utf-8", newline="") as handle:
-        return list(csv.DictReader(handle))
+        rejects = list(csv.DictReader(handle))
+    for reject in rejects:
+        reject["row"] = reject.get("raw") or ""
+        try:
+            row = json.loads(reject["row"] or "null")
+        except ValueError:
+            row = None
+        account_id = row.get(COLUMN_MAP["id"], row.get("id")) if isinstance(row, dict) else None
+        reject["id"] = "" if account_id is None else str(account_id)
+    return rejects
 
 
 def _source_values(reject: dict[str, str]) -> tuple[str | None, str | None]:
     """The refused row's name and org as read from the target table (the rejects file keeps it as JSON)."""
     try:
-        row = json.loads(reject.get("row") or "null")
+        row = json.loads(reject.get("raw") or "null")
     except ValueError:
         row = None
     if not isinstance(row, dict):

@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.json_schema import WithJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from abm_emulator.admin import admin_router
@@ -24,6 +25,14 @@ from abm_emulator.service import MAX_ACCOUNTS_PER_REQUEST, Emulator
 
 NonEmpty = Annotated[str, Field(min_length=1, max_length=1024)]
 Text = Annotated[str, Field(max_length=1024)]
+# Optional fields: None only stands for "left out" (explicit null is refused by `AccountRef`), so the
+# OpenAPI schema shows the type a value must have when given, without null.
+OptionalNonEmpty = Annotated[
+    NonEmpty | None, WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 1024})
+]
+OptionalCrmType = Annotated[
+    Literal["SALESFORCE"] | None, WithJsonSchema({"type": "string", "enum": ["SALESFORCE"]})
+]
 
 
 class _Body(BaseModel):
@@ -42,10 +51,21 @@ class ListCreate(_Body):
 
 
 class AccountRef(_Body):
+    """Only ``id`` is required. ``crmOrgId`` and ``crmType`` may be left out (the service fills them with
+    the customer account's CRM org and ``SALESFORCE``); when given they must be well formed, and an
+    explicit ``null`` is not "left out"."""
+
     id: NonEmpty
     name: Text = ""
-    crmOrgId: NonEmpty
-    crmType: Literal["SALESFORCE"]
+    crmOrgId: OptionalNonEmpty = None
+    crmType: OptionalCrmType = None
+
+    @field_validator("crmOrgId", "crmType", mode="before")
+    @classmethod
+    def _given_not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("must not be null: leave the field out to use the default")
+        return value
 
 
 class AccountsBody(_Body):

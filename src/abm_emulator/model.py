@@ -7,7 +7,9 @@ time, so jumping it forward never leaves an execution stuck in a state it should
 
 from __future__ import annotations
 
+import hashlib
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,6 +19,7 @@ from abm_emulator.clock import parse_instant
 EXPORT_TYPES = ("TACTIC_PERFORMANCE", "DISPLAY_TACTIC_ACCOUNT_PERFORMANCE")
 FOLDER_ACCESS = ("FOLDER_ACCESS_UNSPECIFIED", "PUBLIC", "READ_ONLY")
 CRM_TYPES = ("SALESFORCE",)
+DEFAULT_CRM_TYPE = "SALESFORCE"
 EXECUTION_STATES = ("PENDING", "RUNNING", "COMPLETE", "FAILED")
 JOB_EXPIRY = timedelta(days=30)
 
@@ -40,7 +43,9 @@ class AccountList:
     name: str
     folder_id: str
     create_time: datetime
-    # (crmOrgId, id) -> {"id", "name", "crmOrgId", "crmType"}, in the order accounts were added.
+    # (crmOrgId, id) -> {"id", "name", "crmOrgId", "crmType"}, in the order accounts were added. Always
+    # the filled values: an account sent without crmOrgId/crmType is stored with the customer account's
+    # CRM org and SALESFORCE, so an id-only add and an explicit-org remove name the same membership.
     members: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
 
 
@@ -90,6 +95,24 @@ class Execution:
         return self.create_time + timedelta(seconds=self.pending_seconds + self.running_seconds)
 
 
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def crm_org_id_for(name: str) -> str:
+    """The customer account's CRM org: a 15-character Salesforce org id, ``00D`` + 12 alphanumerics.
+
+    Derived from the account name alone (a hash in base 62), so restarts, resets and state files
+    written before the field existed all give the same org. It fills an account sent to the Account
+    Lists API without ``crmOrgId``.
+    """
+    value = int.from_bytes(hashlib.sha256(f"abm-emulator-crm-org:{name}".encode()).digest(), "big")
+    chars = []
+    for _ in range(12):
+        value, rem = divmod(value, 62)
+        chars.append(_BASE62[rem])
+    return "00D" + "".join(chars)
+
+
 @dataclass
 class Account:
     name: str
@@ -98,11 +121,34 @@ class Account:
     lists: dict[str, AccountList] = field(default_factory=dict)
     jobs: dict[str, ExportJob] = field(default_factory=dict)
     executions: dict[str, list[Execution]] = field(default_factory=dict)
+    # The account's CRM org (`crm_org_id_for`); left empty, it is derived from the name.
+    crm_org_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.crm_org_id:
+            self.crm_org_id = crm_org_id_for(self.name)
 
 
 def new_account(name: str) -> Account:
-    # A stable organisation id per account name, so restarts and resets keep it.
-    return Account(name=name, org_uuid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"abm-emulator:{name}")))
+    # A stable organisation id and CRM org per account name, so restarts and resets keep them.
+    return Account(
+        name=name,
+        org_uuid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"abm-emulator:{name}")),
+        crm_org_id=crm_org_id_for(name),
+    )
+
+
+def fill_account_ref(account: Account, ref: Mapping[str, Any]) -> dict[str, str]:
+    """An account as sent to add/remove, with a missing ``crmOrgId`` set to the customer account's CRM
+    org and a missing ``crmType`` to SALESFORCE: the form that is stored, keyed and echoed back."""
+    org = ref.get("crmOrgId")
+    crm_type = ref.get("crmType")
+    return {
+        "id": ref["id"],
+        "name": ref.get("name") or "",
+        "crmOrgId": account.crm_org_id if org is None else org,
+        "crmType": DEFAULT_CRM_TYPE if crm_type is None else crm_type,
+    }
 
 
 def _dump(value: Any) -> Any:
@@ -119,6 +165,7 @@ def account_to_json(account: Account) -> dict[str, Any]:
     data: dict[str, Any] = {
         "name": account.name,
         "org_uuid": account.org_uuid,
+        "crm_org_id": account.crm_org_id,
         "folders": {k: _dump(asdict(v)) for k, v in account.folders.items()},
         # Members are stored as a list: their (crmOrgId, id) key is rebuilt from the fields on load.
         "lists": {
@@ -136,11 +183,13 @@ def account_to_json(account: Account) -> dict[str, Any]:
 
 def account_from_json(data: dict[str, Any]) -> Account:
     t = parse_instant
-    account = Account(name=data["name"], org_uuid=data["org_uuid"])
+    # A state file written before crm_org_id existed lacks it: derived from the name, as when created.
+    account = Account(name=data["name"], org_uuid=data["org_uuid"], crm_org_id=data.get("crm_org_id") or "")
     for fid, f in data.get("folders", {}).items():
         account.folders[fid] = Folder(f["id"], f["name"], f["access"], t(f["create_time"]))
     for lid, lst in data.get("lists", {}).items():
-        members = {(m["crmOrgId"], m["id"]): dict(m) for m in lst.get("members", [])}
+        filled = (fill_account_ref(account, m) for m in lst.get("members", []))
+        members = {(m["crmOrgId"], m["id"]): m for m in filled}
         account.lists[lid] = AccountList(
             lst["id"], lst["name"], lst["folder_id"], t(lst["create_time"]), members
         )

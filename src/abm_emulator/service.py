@@ -37,6 +37,7 @@ from abm_emulator.model import (
     Folder,
     account_from_json,
     account_to_json,
+    fill_account_ref,
     new_account,
     sort_time,
 )
@@ -289,12 +290,8 @@ class Emulator:
         not_found: list[dict[str, str]] = []
         added = duplicates = 0
         for item in accounts:
-            member = {
-                "id": item["id"],
-                "name": item.get("name") or "",
-                "crmOrgId": item["crmOrgId"],
-                "crmType": item["crmType"],
-            }
+            # Only id is required: a missing org/type is filled before keying, and echoed filled.
+            member = fill_account_ref(account, item)
             if not SALESFORCE_ACCOUNT_ID.fullmatch(member["id"]):
                 not_found.append(member)
                 continue
@@ -321,7 +318,8 @@ class Emulator:
         self._check_batch(accounts)
         removed = []
         for item in accounts:
-            member = target.members.pop((item["crmOrgId"], item["id"]), None)
+            wanted = fill_account_ref(account, item)
+            member = target.members.pop((wanted["crmOrgId"], wanted["id"]), None)
             if member is not None:
                 removed.append(member)
         self.changed()
@@ -519,6 +517,7 @@ class Emulator:
             accounts[name] = {
                 "apiKeys": keys_by_account.get(name, []),
                 "orgUuid": account.org_uuid,
+                "crmOrgId": account.crm_org_id,
                 "folders": [
                     {
                         "folderId": f.id,

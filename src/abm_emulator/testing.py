@@ -144,6 +144,21 @@ class RunningEmulator:
         members: list[dict[str, Any]] = result["members"]
         return members
 
+    def account_state(self, api_key: str | None = None) -> dict[str, Any]:
+        """The admin state of the customer account behind ``api_key`` (default: the first key)."""
+        key = api_key or self.api_key
+        for account in self.state()["accounts"].values():
+            if key in account["apiKeys"]:
+                found: dict[str, Any] = account
+                return found
+        raise EmulatorError("no customer account of this emulator has that API key")
+
+    def crm_org_id(self, api_key: str | None = None) -> str:
+        """The CRM org of ``api_key``'s account (admin state ``crmOrgId``): what the emulator fills in
+        for an account sent without ``crmOrgId``."""
+        org: str = self.account_state(api_key)["crmOrgId"]
+        return org
+
     def requests_seen(self) -> list[dict[str, Any]]:
         seen: list[dict[str, Any]] = self.admin("GET", "/_admin/requests")["requests"]
         return seen

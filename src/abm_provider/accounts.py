@@ -1,23 +1,23 @@
-"""Account sources, row validation, batching and the rejects file for the account-list operators.
+"""Account sources, row validation and batching for the account-list operators.
 
 The add/remove operators must keep memory flat whatever the size of the source, so everything here
 is a generator: a source yields one row at a time (reading files and query results in bounded
 chunks), the validator turns a row into the request payload or a reason, and :func:`iter_batches`
 groups valid accounts into batches of at most the API limit while invalid rows go straight to the
-rejects writer. Nothing here talks to the API; the operators own that, which keeps this module
-testable without a server.
+rejects writer (:mod:`abm_provider.rejects`). Nothing here talks to the API; the operators own that,
+which keeps this module testable without a server. The state folder helpers at the end place the
+operators' outputs (rejects, downloads).
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -27,6 +27,7 @@ from airflow.sdk import ObjectStoragePath
 API_FIELDS: tuple[str, ...] = ("id", "name", "crmOrgId", "crmType")
 #: Fields a remove request carries (the API takes no name there).
 REMOVE_FIELDS: tuple[str, ...] = ("id", "crmOrgId", "crmType")
+#: What the service assumes when a request leaves ``crmType`` out.
 DEFAULT_CRM_TYPE = "SALESFORCE"
 #: The only crmType the service documents; anything else would be refused or silently not found.
 KNOWN_CRM_TYPES: frozenset[str] = frozenset({"SALESFORCE"})
@@ -48,7 +49,8 @@ _LOCAL_PROTOCOLS = ("", "file", "local")
 class SourceRow(NamedTuple):
     """One row as read from a source, with where it came from so a reject can point back at it.
 
-    ``row_number`` is 1-based among data rows (a CSV header is not counted). ``line`` is the physical
+    ``row_number`` is 1-based among data rows (a CSV header is not counted; it is the rejects file's
+    ``record``). ``line`` is the physical
     line a CSV record starts on (records may span lines when a quoted value holds a newline); it is
     ``None`` for sources without lines. ``data`` is the row exactly as read, normally a mapping of
     source column names to values. A named tuple because one is built per source row: it is several
@@ -113,7 +115,7 @@ class AccountValidator:
         column_map: Mapping[str, str] | None = None,
         *,
         fields: Sequence[str] = API_FIELDS,
-        default_crm_type: str = DEFAULT_CRM_TYPE,
+        default_crm_type: str | None = None,
         crm_types: Iterable[str] = KNOWN_CRM_TYPES,
         max_field_length: int = DEFAULT_MAX_FIELD_LENGTH,
         default_crm_org_id: str | None = None,
@@ -124,7 +126,7 @@ class AccountValidator:
         self.default_crm_org_id = default_crm_org_id.strip() if default_crm_org_id else None
         self.fields = tuple(fields)
         self.crm_types = frozenset(crm_types)
-        if default_crm_type not in self.crm_types:
+        if default_crm_type is not None and default_crm_type not in self.crm_types:
             raise ValueError(
                 f"default_crm_type {default_crm_type!r} is not a known crmType {sorted(self.crm_types)}"
             )
@@ -134,9 +136,10 @@ class AccountValidator:
         self.max_field_length = max_field_length
         self.id_column = self.column_map["id"]
         self._optional = [(f, self.column_map[f]) for f in ("name", "crmOrgId") if f in self.fields]
-        # The service keys a membership by (crmOrgId, id) and rejects a whole request when one account
-        # lacks the org, so a row without one is a reject here unless a single-org default is set.
-        self._org_required = "crmOrgId" in self.fields
+        # Only ``id`` is required by the service: it fills a missing crmOrgId with the customer's CRM
+        # org and a missing crmType with SALESFORCE. ``default_crm_org_id`` still fills a missing org
+        # here, for callers who key their own records by the org they sent.
+        self._org_default = self.default_crm_org_id if "crmOrgId" in self.fields else None
         self._crm_type_column = self.column_map["crmType"] if "crmType" in self.fields else None
 
     def missing_columns(self, columns: Sequence[str]) -> list[str]:
@@ -201,22 +204,26 @@ class AccountValidator:
         if self._crm_type_column is not None:
             crm_type = data.get(self._crm_type_column)
             if crm_type is None or (isinstance(crm_type, str) and not crm_type.strip()):
-                account["crmType"] = self.default_crm_type
+                if self.default_crm_type is not None:
+                    account["crmType"] = self.default_crm_type
             elif not isinstance(crm_type, str):
                 return None, f"crmType must be a string, got {type(crm_type).__name__} {crm_type!r}"
             elif crm_type.strip() not in self.crm_types:
                 return None, f"unknown crmType {crm_type!r} (expected one of {sorted(self.crm_types)})"
             else:
                 account["crmType"] = crm_type.strip()
-        if self._org_required and "crmOrgId" not in account:
-            if self.default_crm_org_id is None:
-                column = self.column_map["crmOrgId"]
-                return None, (
-                    f"missing crmOrgId (column {column!r} absent or empty; "
-                    "set default_crm_org_id when every account is in one CRM org)"
-                )
-            account["crmOrgId"] = self.default_crm_org_id
+        if self._org_default is not None and "crmOrgId" not in account:
+            account["crmOrgId"] = self._org_default
         return account, None
+
+
+def check_batch_size(batch_size: object) -> int:
+    """Return ``batch_size`` if it is a whole number the API accepts (1 to 1000), else raise."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        raise ValueError(f"batch_size must be a whole number, got {batch_size!r}")
+    if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise ValueError(f"batch_size must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
+    return batch_size
 
 
 def iter_batches(
@@ -231,8 +238,7 @@ def iter_batches(
     source order and the caller can stop early), never batched. Keeping the source row next to its
     account is what lets a "not found" answer be written back with the original row and its number.
     """
-    if not 1 <= batch_size <= MAX_BATCH_SIZE:
-        raise ValueError(f"batch_size must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
+    check_batch_size(batch_size)
     batch: list[tuple[dict[str, str], SourceRow]] = []
     validate = validator.validate
     for row in rows:
@@ -569,69 +575,7 @@ def open_file_source(
 AccountSource = IterableSource | CsvSource | ParquetSource | SqlSource
 
 
-# --- rejects -------------------------------------------------------------------------------------
-
-REJECTS_COLUMNS: tuple[str, ...] = ("row_number", "line", "reason", "id", "row")
-
-
-class RejectsWriter(AbstractContextManager["RejectsWriter"]):
-    """Writes rows that were not sent, or that the service did not know, to one CSV file.
-
-    Columns: ``row_number`` (1-based data row in the source), ``line`` (CSV physical line, else
-    empty), ``reason``, ``id`` (as read, for grepping) and ``row`` (the original row as JSON, so
-    nothing of it is lost whatever the source's columns). The file is created on the first reject
-    only, so a clean run leaves nothing behind, and each row is written as it comes: memory does not
-    grow with the number of rejects.
-    """
-
-    def __init__(self, path: str | os.PathLike[str] | ObjectStoragePath, id_column: str = "id") -> None:
-        self.path = as_storage_path(path)
-        self.id_column = id_column
-        self.count = 0
-        self._file: Any = None
-        self._writer: Any = None
-
-    @property
-    def written(self) -> bool:
-        """Whether any reject was written (and so the file exists)."""
-        return self.count > 0
-
-    def _open(self) -> None:
-        if _is_local(self.path):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("w", encoding="utf-8", newline="")
-        self._writer = csv.writer(self._file, lineterminator="\n")
-        self._writer.writerow(REJECTS_COLUMNS)
-
-    def write(self, reason: str, row: SourceRow | None, data: Any = None) -> None:
-        """Record one reject: ``row`` when it is known, else ``data`` as reported by the service."""
-        payload = row.data if row is not None else data
-        if isinstance(payload, Mapping):
-            raw_id = payload.get(self.id_column, payload.get("id")) if row is not None else payload.get("id")
-        else:
-            raw_id = None
-        record = (
-            row.row_number if row is not None else "",
-            row.line if row is not None and row.line is not None else "",
-            reason,
-            "" if raw_id is None else str(raw_id),
-            json.dumps(payload, default=str, ensure_ascii=False, separators=(",", ":")),
-        )
-        if self._writer is None:
-            self._open()
-        self._writer.writerow(record)
-        self.count += 1
-
-    def close(self) -> None:
-        """Flush and close the file (for object stores this is when the upload completes)."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-            self._writer = None
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
+# --- where task outputs go ---------------------------------------------------------------------
 
 _UNSAFE_KEY_CHARS = re.compile(r"[^A-Za-z0-9._=-]+")
 
@@ -656,21 +600,3 @@ def default_state_dir() -> str:
         return str(configured)
     home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
     return os.path.join(home, "abm")
-
-
-def rejects_location(
-    base: str | os.PathLike[str] | ObjectStoragePath | None,
-    *,
-    dag_id: str,
-    run_id: str,
-    task_id: str,
-    try_number: int,
-    map_index: int = -1,
-) -> ObjectStoragePath:
-    """``<base>/rejects/<dag_id>/<run_id>/<task_id>[.<map_index>]/try_<n>.csv``.
-
-    Keyed by try so a retry never overwrites the evidence of the failed try before it.
-    """
-    root = as_storage_path(base if base is not None else default_state_dir())
-    task_part = _safe_key(task_id) + (f".{map_index}" if map_index is not None and map_index >= 0 else "")
-    return root / "rejects" / _safe_key(dag_id) / _safe_key(run_id) / task_part / f"try_{try_number}.csv"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from emulator_api import error_of, violated_fields
 
@@ -188,3 +190,120 @@ def test_folders_paginate_with_tokens(api):
         if not token:
             break
     assert seen == ids and pages == 3
+
+
+# --- accounts given by id alone: crmOrgId and crmType are optional and filled by the service ---------
+
+ORG_ID = re.compile(r"00D[0-9A-Za-z]{12}")
+
+
+def filled(emulator, i: int, name: str = "", **overrides):
+    """An account as the service stores and echoes it after filling org and type."""
+    org = emulator.crm_org_id()
+    return {"id": SF.format(i), "name": name, "crmOrgId": org, "crmType": "SALESFORCE", **overrides}
+
+
+def test_id_only_add_is_accepted_and_filled_with_the_accounts_crm_org(emulator, api):
+    list_id = api.account_list()
+    org = emulator.crm_org_id()
+    assert ORG_ID.fullmatch(org)
+    response = api.post(
+        f"/accountLists/v2/accountLists/{list_id}/accounts/add",
+        {
+            "accounts": [
+                {"id": SF.format(1)},
+                {"id": SF.format(2), "name": "Named"},
+                {"id": "003000000000001"},
+            ]
+        },
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["addedAccounts"] == 2 and body["duplicateAccounts"] == 0
+    assert body["successfulAccounts"] == [filled(emulator, 1), filled(emulator, 2, "Named")]
+    assert body["accountsNotFound"] == [
+        {"id": "003000000000001", "name": "", "crmOrgId": org, "crmType": "SALESFORCE"}
+    ]
+    assert emulator.members(list_id) == [filled(emulator, 1), filled(emulator, 2, "Named")]
+
+
+def test_id_only_add_and_explicit_filled_org_name_the_same_membership(emulator, api):
+    list_id = api.account_list()
+    org = emulator.crm_org_id()
+    add = f"/accountLists/v2/accountLists/{list_id}/accounts/add"
+    api.post(add, {"accounts": [{"id": SF.format(1)}, {"id": SF.format(2)}]})
+    again = api.post(add, {"accounts": [{"id": SF.format(1), "crmOrgId": org, "crmType": "SALESFORCE"}]})
+    assert again.json()["addedAccounts"] == 0 and again.json()["duplicateAccounts"] == 1
+
+    removed = api.post(
+        f"/accountLists/v2/accountLists/{list_id}/accounts/remove",
+        {"accounts": [{"id": SF.format(1), "crmOrgId": org, "crmType": "SALESFORCE"}]},
+    )
+    assert removed.status_code == 200, removed.text
+    assert removed.json()["accounts"] == [filled(emulator, 1)]
+    assert emulator.members(list_id) == [filled(emulator, 2)]
+
+
+def test_id_only_remove_removes_an_id_only_add_and_echoes_filled_values(emulator, api):
+    list_id = api.account_list()
+    api.post(
+        f"/accountLists/v2/accountLists/{list_id}/accounts/add",
+        {"accounts": [{"id": SF.format(1), "name": "One"}, {"id": SF.format(2)}]},
+    )
+    removed = api.post(
+        f"/accountLists/v2/accountLists/{list_id}/accounts/remove",
+        {"accounts": [{"id": SF.format(1)}, {"id": SF.format(9)}]},
+    )
+    assert removed.status_code == 200, removed.text
+    assert removed.json() == {"listId": list_id, "accounts": [filled(emulator, 1, "One")]}
+    assert emulator.members(list_id) == [filled(emulator, 2)]
+
+
+def test_an_explicit_other_org_is_a_different_membership(emulator, api):
+    list_id = api.account_list()
+    other = "00D000000000009"
+    assert other != emulator.crm_org_id()
+    add = f"/accountLists/v2/accountLists/{list_id}/accounts/add"
+    assert api.post(add, {"accounts": [{"id": SF.format(1)}]}).json()["addedAccounts"] == 1
+    second = api.post(add, {"accounts": [{"id": SF.format(1), "crmOrgId": other}]}).json()
+    assert second["addedAccounts"] == 1 and second["duplicateAccounts"] == 0
+    assert second["successfulAccounts"] == [filled(emulator, 1, crmOrgId=other)]  # type filled alone
+
+    removed = api.post(
+        f"/accountLists/v2/accountLists/{list_id}/accounts/remove", {"accounts": [{"id": SF.format(1)}]}
+    ).json()
+    assert removed["accounts"] == [filled(emulator, 1)]
+    assert emulator.members(list_id) == [filled(emulator, 1, crmOrgId=other)]
+
+
+@pytest.mark.parametrize("action", ["add", "remove"])
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        ({"crmOrgId": ""}, "accounts[1].crmOrgId"),
+        ({"crmOrgId": None}, "accounts[1].crmOrgId"),
+        ({"crmType": "HUBSPOT"}, "accounts[1].crmType"),
+        ({"crmType": ""}, "accounts[1].crmType"),
+        ({"crmType": None}, "accounts[1].crmType"),
+    ],
+)
+def test_given_org_or_type_must_be_well_formed(emulator, api, action, bad, field):
+    list_id = api.account_list()
+    api.post(f"/accountLists/v2/accountLists/{list_id}/accounts/add", {"accounts": [{"id": SF.format(2)}]})
+    response = api.post(
+        f"/accountLists/v2/accountLists/{list_id}/accounts/{action}",
+        {"accounts": [{"id": SF.format(1)}, {"id": SF.format(2), **bad}]},
+    )
+    assert response.status_code == 400
+    assert error_of(response)["status"] == "INVALID_ARGUMENT"
+    assert violated_fields(response) == [field]  # the id-only account beside it is fine
+    assert emulator.members(list_id) == [filled(emulator, 2)]  # nothing added or removed
+
+
+def test_openapi_requires_only_the_account_id(api):
+    schemas = api.get("/openapi.json").json()["components"]["schemas"]
+    ref = schemas["AccountRef"]
+    assert ref["required"] == ["id"]
+    org = ref["properties"]["crmOrgId"]
+    assert org["type"] == "string" and org["minLength"] == 1 and "anyOf" not in org
+    assert ref["properties"]["crmType"]["enum"] == ["SALESFORCE"]

@@ -79,3 +79,23 @@ def test_request_log_records_both_origins_with_headers(emulator, api):
     [download] = [r for r in seen if r["origin"] == "storage"]
     assert download["headers"]["x-probe"] == "1" and download["status"] == 200
     assert not [r for r in seen if r["path"].startswith("/_admin")]
+
+
+def test_state_shows_each_accounts_crm_org_stable_across_reset(emulator, api, api_beta):
+    accounts = emulator.state()["accounts"]
+    alpha = next(a for a in accounts.values() if a["apiKeys"] == [api.key])
+    beta = next(a for a in accounts.values() if a["apiKeys"] == [api_beta.key])
+    assert list(alpha)[:3] == ["apiKeys", "orgUuid", "crmOrgId"]  # next to orgUuid
+    for org in (alpha["crmOrgId"], beta["crmOrgId"]):
+        assert len(org) == 15 and org.startswith("00D") and org.isalnum()
+    assert alpha["crmOrgId"] != beta["crmOrgId"]  # one CRM org per customer account
+    assert emulator.crm_org_id() == alpha["crmOrgId"]
+    assert emulator.crm_org_id(api_beta.key) == beta["crmOrgId"]
+    assert emulator.account_state(api_beta.key) == beta
+
+    api.folder()  # the account now exists in state rather than being shown from its key alone
+    assert emulator.crm_org_id() == alpha["crmOrgId"]
+    emulator.reset()
+    assert emulator.crm_org_id() == alpha["crmOrgId"]
+    with pytest.raises(Exception, match="API key"):
+        emulator.crm_org_id("not-a-key")

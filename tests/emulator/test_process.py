@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -39,6 +40,35 @@ def test_state_file_survives_a_restart(tmp_path):
         assert second.clock()["now"] >= clock_before
 
 
+def test_crm_org_is_stable_across_restarts_and_old_state_files(tmp_path):
+    state_file = tmp_path / "state.json"
+    with start_emulator(api_keys=["k"], state_file=state_file) as first:
+        org = first.crm_org_id("k")
+        api = Api(first.base_url, "k")
+        list_id = api.account_list()
+        added = api.post(
+            f"/accountLists/v2/accountLists/{list_id}/accounts/add", {"accounts": [{"id": "001000000000001"}]}
+        )
+        assert added.status_code == 200, added.text
+        assert first.stop() == 0
+    data = json.loads(state_file.read_text())
+    [saved] = data["accounts"].values()
+    assert saved["crm_org_id"] == org
+    del saved["crm_org_id"]  # as written before the field existed: derived again on load
+    state_file.write_text(json.dumps(data))
+
+    with start_emulator(api_keys=["k"], state_file=state_file) as second:
+        assert second.crm_org_id("k") == org
+        member = {"id": "001000000000001", "name": "", "crmOrgId": org, "crmType": "SALESFORCE"}
+        assert second.members(list_id, api_key="k") == [member]
+        removed = Api(second.base_url, "k").post(
+            f"/accountLists/v2/accountLists/{list_id}/accounts/remove", {"accounts": [{"id": member["id"]}]}
+        )
+        assert removed.json()["accounts"] == [member]
+    with start_emulator(api_keys=["k"]) as fresh:  # no state at all: the same org from the account name
+        assert fresh.crm_org_id("k") == org
+
+
 def test_shared_account_keys_and_ready_line(tmp_path):
     command = [
         sys.executable,
@@ -64,8 +94,6 @@ def test_shared_account_keys_and_ready_line(tmp_path):
                 break
         ready_lines = [line for line in lines if line.startswith("ABM_EMULATOR_READY ")]
         assert len(ready_lines) == 1 and len(lines) > 1  # human lines first
-        import json
-
         ready = json.loads(ready_lines[0].split(" ", 1)[1])
         assert ready["api_keys"] == ["one", "two", "three"] and ready["pid"] == process.pid
         one, two, three = (Api(ready["base_url"], k) for k in ("one", "two", "three"))

@@ -1,13 +1,16 @@
-"""In-process checks of the pure pieces: schedule rules, fire times, page tokens (no network)."""
+"""In-process checks of the pure pieces: schedule rules, fire times, page tokens, the stored account
+(no network)."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pytest
 
 from abm_emulator.cronrules import fire_times, validate_schedule
 from abm_emulator.errors import ApiError
+from abm_emulator.model import account_from_json, account_to_json, crm_org_id_for, new_account
 from abm_emulator.pagination import encode_token, paginate
 
 
@@ -65,3 +68,21 @@ def test_paginate_descending_and_token_bound_to_params():
     forged = encode_token([1, 2], {})  # right hash, wrong key types
     with pytest.raises(ApiError, match="pageToken"):
         paginate(items, key, page_size=3, page_token=forged, params={})
+
+
+def test_crm_org_id_is_a_salesforce_org_id_derived_from_the_account_name():
+    org = crm_org_id_for("team")
+    assert re.fullmatch(r"00D[0-9A-Za-z]{12}", org)
+    assert crm_org_id_for("team") == org and crm_org_id_for("other") != org
+    assert new_account("team").crm_org_id == org
+
+
+def test_account_json_keeps_the_crm_org_and_old_files_without_it_still_load():
+    account = new_account("team")
+    data = account_to_json(account)
+    assert data["crm_org_id"] == account.crm_org_id
+    assert account_from_json(data).crm_org_id == account.crm_org_id
+    data["crm_org_id"] = "00DKEPTASSAVED1"
+    assert account_from_json(data).crm_org_id == "00DKEPTASSAVED1"
+    del data["crm_org_id"]
+    assert account_from_json(data).crm_org_id == account.crm_org_id

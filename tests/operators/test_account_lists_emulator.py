@@ -3,7 +3,7 @@
 Checked through the emulator's admin API, not the operators' own summaries: re-runs of the folder
 and list operators create nothing new; 25,000 accounts from each source land every valid, known
 account on the list; a second run reports them as duplicates; invalid and not-found rows are in the
-rejects file with their row numbers and reasons.
+rejects file with their record numbers and reasons.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from abm_provider.operators.account_lists import (
     CreateAccountListOperator,
     RemoveAccountsFromListOperator,
 )
+from abm_provider.rejects import REJECTS_HEADER, TooManyRejects
 
 ROWS = 25_000
 ORG = "00D000000000001"  # one Salesforce org, as most users have
@@ -93,10 +94,14 @@ def _make_list(abm: Any, tmp_path: Path, name: str = "Targets") -> str:
 
 
 def _rejects(path: str | None) -> list[dict[str, str]]:
+    """The rejects file read with the standard library, not the provider's reader."""
     assert path is not None
     local = path.removeprefix("file://")
     with open(local, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+        reader = csv.DictReader(fh)
+        rows = list(reader)
+    assert tuple(reader.fieldnames or ()) == REJECTS_HEADER == ("line", "record", "reason", "raw")
+    return rows
 
 
 # --- folders and lists -----------------------------------------------------------------------------
@@ -248,16 +253,18 @@ def test_add_25k_accounts_from_each_source(abm, tmp_path, monkeypatch, kind):
     assert summary["rejects_path"].endswith("/rejects/abm_test/manual__test/add/try_1.csv")
 
     rejects = _rejects(summary["rejects_path"])
-    by_row = {int(r["row_number"]): r for r in rejects}
+    by_row = {int(r["record"]): r for r in rejects}
     assert len(rejects) == len(by_row) == len(invalid) + len(not_found)
     for number, reason in invalid.items():
         assert by_row[number]["reason"].startswith(reason), by_row[number]
-        assert json.loads(by_row[number]["row"]) == rows[number - 1]
+        assert json.loads(by_row[number]["raw"]) == rows[number - 1]
     for number in not_found:
         assert by_row[number]["reason"].startswith("not found")
-        assert by_row[number]["id"] == rows[number - 1]["account_id"]
+        assert json.loads(by_row[number]["raw"]) == rows[number - 1]
     if kind == "csv":
-        assert all(int(r["line"]) == int(r["row_number"]) + 1 for r in rejects)
+        assert all(int(r["line"]) == int(r["record"]) + 1 for r in rejects)
+    else:
+        assert all(r["line"] == "" for r in rejects)
 
     second = run(2)
     assert second["added"] == 0
@@ -290,15 +297,18 @@ def test_remove_accounts(abm, tmp_path):
     assert "added" not in summary and "duplicates" not in summary
     assert _member_ids(abm, list_id) == set(ids[1200:])
     (reject,) = _rejects(summary["rejects_path"])
-    assert reject["row_number"] == "1201" and reject["reason"] == "missing id (null)"
+    assert (reject["line"], reject["record"], reject["reason"]) == ("", "1201", "missing id (null)")
+    assert json.loads(reject["raw"]) == {"id": None}
 
 
-def test_max_rejected_fails_fast_and_warn_mode_completes(abm, tmp_path):
+def test_max_rejected_count_fails_fast_and_deprecated_warn_mode_completes(abm, tmp_path):
     list_id = _make_list(abm, tmp_path)
     accounts = [{"id": f"001{i:012d}"} for i in range(3000)]
     accounts[1499] = {"id": 1499}
     accounts[2499] = {"id": ""}
-    with pytest.raises(AirflowFailException, match=r"max_rejected=1 invalid rows \(2 by row 2500\)"):
+    with pytest.raises(
+        TooManyRejects, match=r"2 records were rejected by record 2500, more than max_rejected=1"
+    ) as err:
         AddAccountsToListOperator(
             task_id="add",
             list_id=list_id,
@@ -306,38 +316,76 @@ def test_max_rejected_fails_fast_and_warn_mode_completes(abm, tmp_path):
             accounts=accounts,
             max_rejected=1,
             batch_size=500,
+            rejects_base=str(tmp_path / "state"),
         ).execute(_context(tmp_path))
+    assert isinstance(err.value, AirflowFailException)  # no retry: the same rows would fail again
+    message = str(err.value)
+    assert "e.g. record 1500: id must be a string, got int 1499; record 2500: empty id" in message
+    assert message.endswith("/rejects/abm_test/manual__test/task/try_1.csv.")
     # the four full batches of 500 before the limit was passed were sent; nothing after them
     assert len(_member_ids(abm, list_id)) == 2000
+    # the rejects of the failed try are kept, whole
+    assert [r["record"] for r in _rejects(err.value.rejects_path)] == ["1500", "2500"]
 
-    summary = AddAccountsToListOperator(
-        task_id="add",
-        list_id=list_id,
-        default_crm_org_id=ORG,
-        accounts=accounts,
-        max_rejected=1,
-        on_limit="warn",
-    ).execute(_context(tmp_path, try_number=2))
+    with pytest.warns(DeprecationWarning, match="on_limit is deprecated"):
+        warn_only = AddAccountsToListOperator(
+            task_id="add",
+            list_id=list_id,
+            default_crm_org_id=ORG,
+            accounts=accounts,
+            max_rejected=1,
+            on_limit="warn",
+        )
+    summary = warn_only.execute(_context(tmp_path, try_number=2))
     assert summary["rejected"] == 2 and summary["added"] == 3000 - 2 - 2000
     assert len(_member_ids(abm, list_id)) == 3000 - 2
 
-    with pytest.raises(AirflowFailException, match="max_rejected_fraction=0.0005"):
+
+def test_max_rejected_fraction_and_max_not_found_are_checked_at_the_end(abm, tmp_path):
+    list_id = _make_list(abm, tmp_path)
+    accounts = [{"id": f"001{i:012d}"} for i in range(3000)]
+    accounts[1499] = {"id": 1499}
+    accounts[2499] = {"id": ""}
+    # 2 of 3000 is 0.067%: over a 0.05% share, only known once every row is read (and all sent)
+    with pytest.raises(
+        TooManyRejects, match=r"2 of 3000 records were rejected \(0.07%\), more than max_rejected=0.0005"
+    ):
         AddAccountsToListOperator(
+            task_id="add", list_id=list_id, default_crm_org_id=ORG, accounts=accounts, max_rejected=0.0005
+        ).execute(_context(tmp_path, try_number=1))
+    assert len(_member_ids(abm, list_id)) == 3000 - 2
+    summary = AddAccountsToListOperator(
+        task_id="add", list_id=list_id, default_crm_org_id=ORG, accounts=accounts, max_rejected=0.001
+    ).execute(_context(tmp_path, try_number=2))
+    assert summary["rejected"] == 2
+
+    with pytest.warns(DeprecationWarning, match="max_rejected_fraction is deprecated"):
+        deprecated = AddAccountsToListOperator(
             task_id="add",
             list_id=list_id,
             default_crm_org_id=ORG,
             accounts=accounts,
             max_rejected=None,
             max_rejected_fraction=0.0005,
-        ).execute(_context(tmp_path, try_number=3))
-    with pytest.raises(AirflowFailException, match="max_not_found=0"):
+        )
+    with pytest.raises(TooManyRejects, match="more than max_rejected=0.0005"):
+        deprecated.execute(_context(tmp_path, try_number=3))
+
+    unknown = [{"id": "999000000000001"}, {"id": "999000000000002"}, {"id": f"001{0:012d}"}]
+    with pytest.raises(
+        TooManyRejects, match="2 of 3 accounts were not found by the service, more than max_not_found=1"
+    ):
         AddAccountsToListOperator(
-            task_id="add",
-            list_id=list_id,
-            default_crm_org_id=ORG,
-            accounts=[{"id": "999000000000001"}],
-            max_not_found=0,
+            task_id="add", list_id=list_id, default_crm_org_id=ORG, accounts=unknown, max_not_found=1
         ).execute(_context(tmp_path, try_number=4))
+    with pytest.raises(TooManyRejects, match=r"more than max_not_found=0.5 allows \(50.00% of 3 records\)"):
+        AddAccountsToListOperator(
+            task_id="add", list_id=list_id, default_crm_org_id=ORG, accounts=unknown, max_not_found=0.5
+        ).execute(_context(tmp_path, try_number=5))
+    summary = AddAccountsToListOperator(
+        task_id="add", list_id=list_id, default_crm_org_id=ORG, accounts=unknown, max_not_found=0.7
+    ).execute(_context(tmp_path, try_number=6))
+    assert summary["not_found"] == 2 and summary["rejects_path"]
 
 
 def test_missing_id_column_fails_before_any_request(abm, tmp_path):
@@ -385,7 +433,7 @@ def test_requests_in_flight_change_speed_not_the_outcome(abm, tmp_path, max_in_f
     assert (summary["sent"], summary["added"], summary["batches"]) == (5000, len(known), 20)
     assert summary["not_found"] == 5000 - len(known)
     rejects = _rejects(summary["rejects_path"])
-    assert sorted(int(r["row_number"]) for r in rejects) == [i for i in range(1, 5001) if i % 3 == 0]
+    assert sorted(int(r["record"]) for r in rejects) == [i for i in range(1, 5001) if i % 3 == 0]
     assert {r["reason"] for r in rejects} == {
         "not found: the service does not know this account (accountsNotFound)"
     }

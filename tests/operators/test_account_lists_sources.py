@@ -1,42 +1,31 @@
-"""Unit tests for the pure parts of the account-list operators: sources, validation, batching, rejects.
+"""Unit tests for the pure parts of the account-list operators: sources, validation, batching.
 
 No emulator here: these pin the behaviour the operators build on, so a failure points at the piece.
 """
 
 from __future__ import annotations
 
-import csv
 import gzip
 import json
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from abm_provider.accounts import (
-    REJECTS_COLUMNS,
     AccountValidator,
     CsvSource,
     IterableSource,
     ParquetSource,
-    RejectsWriter,
     SourceRow,
     SqlSource,
     detect_file_format,
     iter_batches,
     normalise_column_map,
     open_file_source,
-    rejects_location,
 )
 
 GOOD = "001000000000001"
-
-
-def _read_rejects(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
-
 
 # --- validation ------------------------------------------------------------------------------------
 
@@ -79,17 +68,30 @@ def test_validator_accepts_ids_and_names_the_fast_checks_pass_to_the_pattern(acc
     assert (account["id"], account["name"]) == (account_id, name)
 
 
-def test_validator_builds_payload_with_defaults_and_trimming():
+def test_validator_needs_only_an_id_and_trims():
+    """The service fills a missing crmOrgId (the customer's org) and crmType (SALESFORCE) itself."""
     validator = AccountValidator()
+    assert validator.default_crm_type is None and validator.default_crm_org_id is None
+    assert validator.validate({"id": GOOD}) == ({"id": GOOD}, None)
+    row = {"id": f"  {GOOD} ", "name": " Acme, Inc ", "crmOrgId": "", "crmType": " ", "x": 1}
+    assert validator.validate(row) == ({"id": GOOD, "name": "Acme, Inc"}, None)
+    account, _ = validator.validate({"id": GOOD, "crmType": "SALESFORCE", "crmOrgId": " 00D1 "})
+    assert account == {"id": GOOD, "crmOrgId": "00D1", "crmType": "SALESFORCE"}
+
+
+def test_validator_defaults_fill_only_what_a_row_lacks():
+    validator = AccountValidator(default_crm_org_id=" 00D9 ", default_crm_type="SALESFORCE")
     row = {"id": f"  {GOOD} ", "name": " Acme, Inc ", "crmOrgId": "", "x": 1}
     account, reason = validator.validate(row)
-    assert account is None and reason is not None
-    assert reason.startswith("missing crmOrgId (column 'crmOrgId' absent or empty; set default_crm_org_id")
-    account, reason = AccountValidator(default_crm_org_id=" 00D9 ").validate(row)
     assert reason is None
     assert account == {"id": GOOD, "name": "Acme, Inc", "crmOrgId": "00D9", "crmType": "SALESFORCE"}
-    account, _ = validator.validate({"id": GOOD, "crmType": "SALESFORCE", "crmOrgId": "00D1"})
+    account, _ = validator.validate({"id": GOOD, "crmOrgId": "00D1"})
     assert account == {"id": GOOD, "crmOrgId": "00D1", "crmType": "SALESFORCE"}
+    # the org default is not sent where the request has no crmOrgId field
+    remove = AccountValidator(fields=("id", "crmType"), default_crm_org_id="00D9")
+    assert remove.validate({"id": GOOD}) == ({"id": GOOD}, None)
+    with pytest.raises(ValueError, match="default_crm_type 'HUBSPOT' is not a known crmType"):
+        AccountValidator(default_crm_type="HUBSPOT")
 
 
 def test_validator_column_map_and_remove_fields():
@@ -99,7 +101,7 @@ def test_validator_column_map_and_remove_fields():
     account, reason = validator.validate({"account_id": GOOD, "account_name": 7, "crmOrgId": "org"})
     # name is not part of a remove request, so a bad name does not stop the removal
     assert reason is None
-    assert account == {"id": GOOD, "crmOrgId": "org", "crmType": "SALESFORCE"}
+    assert account == {"id": GOOD, "crmOrgId": "org"}
     assert validator.validate({"id": GOOD})[1] == "missing id (no column 'account_id')"
 
 
@@ -264,35 +266,3 @@ def test_sql_source_refuses_a_non_sql_connection(monkeypatch):
         SqlSource("SELECT 1", "not_sql").open(),
     ):
         pass
-
-
-# --- rejects ---------------------------------------------------------------------------------------
-
-
-def test_rejects_writer_is_lazy_and_keeps_the_original_row(tmp_path):
-    target = tmp_path / "deep" / "rejects.csv"
-    with RejectsWriter(target) as writer:
-        pass
-    assert not target.exists() and not writer.written
-    with RejectsWriter(target, id_column="acct") as writer:
-        writer.write("empty id", SourceRow(3, 4, {"acct": "", "name": 'Zoë, "the" one'}))
-        writer.write("not found", None, {"id": "001bad"})
-    assert writer.count == 2
-    rows = _read_rejects(target)
-    assert list(rows[0]) == list(REJECTS_COLUMNS)
-    assert rows[0]["row_number"] == "3" and rows[0]["line"] == "4" and rows[0]["reason"] == "empty id"
-    assert json.loads(rows[0]["row"]) == {"acct": "", "name": 'Zoë, "the" one'}
-    assert rows[1]["row_number"] == "" and rows[1]["id"] == "001bad"
-
-
-def test_rejects_location_is_keyed_by_run_and_try(tmp_path):
-    path = rejects_location(
-        str(tmp_path),
-        dag_id="sync",
-        run_id="manual__2026-11-22T03:20:00+00:00",
-        task_id="group.add",
-        try_number=2,
-        map_index=3,
-    )
-    assert str(path).endswith("/rejects/sync/manual__2026-11-22T03_20_00_00_00/group.add.3/try_2.csv")
-    assert str(path).startswith("file://" + str(tmp_path)) or str(path).startswith(str(tmp_path))

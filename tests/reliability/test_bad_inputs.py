@@ -317,8 +317,8 @@ def test_bad_account_rows_are_rejected_with_reasons_and_every_valid_row_is_added
     assert len(written) == len(BAD_ROWS)
     for (key, (bad, reason)), reject in zip(BAD_ROWS.items(), written, strict=True):
         assert reject["reason"].startswith(reason), (key, reject["reason"])
-        assert int(reject["row_number"]) == 2 * (list(BAD_ROWS).index(key) + 1)
-        assert json.loads(reject["row"]) == bad  # the row is kept as given, nothing of it lost
+        assert int(reject["record"]) == 2 * (list(BAD_ROWS).index(key) + 1) and reject["line"] == ""
+        assert json.loads(reject["raw"]) == bad  # the row is kept as given, nothing of it lost
 
 
 def test_bad_input_counts_match_the_docs() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from loadtest_support import TACTIC_COLUMNS, download_xcom, expected, tactic_rows
 
-from abm_provider.warehouse.rejects import read_rejects
+from abm_provider.rejects import read_rejects
 
 ROWS = tactic_rows([dt.date(2026, 10, 1), dt.date(2026, 10, 2)], 3, version=1)
 STRAIGHT = "straight into the new table"

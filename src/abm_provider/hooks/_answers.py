@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from abm_provider.accounts import MAX_BATCH_SIZE as MAX_ACCOUNTS_PER_REQUEST
+from abm_provider.accounts import check_batch_size
 from abm_provider.hooks._pipeline import Call, api_path
 from abm_provider.urls import path_segment
 
-#: The API refuses more accounts than this in one add or remove request.
-MAX_ACCOUNTS_PER_REQUEST = 1000
+__all__ = ["MAX_ACCOUNTS_PER_REQUEST", "check_batch_size"]
+
 FOLDERS_PATH = api_path("accountLists", "v2", "folders")
 LISTS_PATH = api_path("accountLists", "v2", "accountLists")
 EXPORT_JOBS_PATH = api_path("exports", "v1", "exportJobs")
@@ -97,13 +99,6 @@ def account_payloads(batch: list[Any], action: str, offset: int) -> list[dict[st
             account = {k: v for k, v in account.items() if k != "name"}
         payload.append(account if type(account) is dict else dict(account))
     return payload
-
-
-def check_batch_size(batch_size: int) -> None:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-        raise ValueError(f"batch_size must be a whole number, got {batch_size!r}")
-    if not 1 <= batch_size <= MAX_ACCOUNTS_PER_REQUEST:
-        raise ValueError(f"batch_size must be between 1 and {MAX_ACCOUNTS_PER_REQUEST}, got {batch_size}")
 
 
 def check_name(value: Any, name: str) -> str:

@@ -9,20 +9,18 @@ not know to a rejects file: nothing disappears silently, and XCom carries only a
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import deque
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from airflow.sdk import ObjectStoragePath
 from airflow.sdk.exceptions import AirflowFailException
 
 from abm_provider._collector import fewer_collections
+from abm_provider._inflight import PerThread, check_in_flight, in_order
 from abm_provider.accounts import (
     API_FIELDS,
-    DEFAULT_CRM_TYPE,
     KNOWN_CRM_TYPES,
     MAX_BATCH_SIZE,
     REMOVE_FIELDS,
@@ -30,18 +28,27 @@ from abm_provider.accounts import (
     AccountValidator,
     InvalidRow,
     IterableSource,
-    RejectsWriter,
     SourceRow,
     SqlSource,
     as_storage_path,
+    check_batch_size,
     detect_file_format,
     iter_batches,
     normalise_column_map,
     open_file_source,
-    rejects_location,
 )
 from abm_provider.exceptions import AbmApiError
 from abm_provider.operators._base import AbmBaseOperator
+from abm_provider.rejects import (
+    Limit,
+    RejectsWriter,
+    TooManyRejects,
+    check_limit,
+    check_rejects,
+    describe_reject,
+    raw_json,
+    rejects_location,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -50,11 +57,10 @@ if TYPE_CHECKING:
     from abm_provider.models import AccountsResult
 
 IfExists = Literal["reuse", "create", "fail"]
+#: Values of the deprecated ``on_limit`` argument.
 OnLimit = Literal["fail", "warn"]
 _IF_EXISTS = ("reuse", "create", "fail")
 _FOLDER_ACCESS = ("FOLDER_ACCESS_UNSPECIFIED", "PUBLIC", "READ_ONLY")
-#: Most requests one add/remove task keeps open at once.
-MAX_IN_FLIGHT = 8
 
 
 def _check_if_exists(if_exists: str) -> None:
@@ -223,6 +229,23 @@ class _Progress:
         )
 
 
+class _DefaultLimit(int):
+    """The default ``max_rejected=0``, told apart from an explicit 0 (see ``max_rejected_fraction``)."""
+
+
+_DEFAULT_MAX_REJECTED: int = _DefaultLimit(0)
+
+
+def _fraction_alias(value: Any) -> float | None:
+    """The deprecated ``max_rejected_fraction`` as a ``max_rejected`` value.
+
+    It took a share in ``[0, 1]``; ``1`` tolerated every row, which is ``None`` now.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"max_rejected_fraction must be between 0 and 1, or None; got {value!r}")
+    return None if value == 1 else float(value)
+
+
 class _ListMembershipOperator(AbmBaseOperator):
     """Shared streaming, validation, rejects and summary logic of the add and remove operators."""
 
@@ -265,13 +288,13 @@ class _ListMembershipOperator(AbmBaseOperator):
         parameters: Mapping[str, Any] | Sequence[Any] | None = None,
         sql_hook_params: Mapping[str, Any] | None = None,
         column_map: Mapping[str, str] | None = None,
-        default_crm_type: str = DEFAULT_CRM_TYPE,
+        default_crm_type: str | None = None,
         default_crm_org_id: str | None = None,
         batch_size: int = MAX_BATCH_SIZE,
-        max_rejected: int | None = 0,
+        max_rejected: Limit = _DEFAULT_MAX_REJECTED,
+        max_not_found: Limit = None,
         max_rejected_fraction: float | None = None,
-        max_not_found: int | None = None,
-        on_limit: OnLimit = "fail",
+        on_limit: OnLimit | None = None,
         rejects_path: str | ObjectStoragePath | None = None,
         rejects_base: str | ObjectStoragePath | None = None,
         progress_interval: float = 5.0,
@@ -302,26 +325,31 @@ class _ListMembershipOperator(AbmBaseOperator):
                 "accounts must be an iterable of account mappings or an XComArg, "
                 f"not a {type(accounts).__name__}"
             )
-        if not 1 <= batch_size <= MAX_BATCH_SIZE:
-            raise ValueError(f"batch_size must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
-        if max_rejected is not None and max_rejected < 0:
-            raise ValueError("max_rejected must be >= 0 or None")
-        if max_rejected_fraction is not None and not 0.0 <= max_rejected_fraction <= 1.0:
-            raise ValueError("max_rejected_fraction must be between 0 and 1, or None")
-        if max_not_found is not None and max_not_found < 0:
-            raise ValueError("max_not_found must be >= 0 or None")
-        if on_limit not in ("fail", "warn"):
-            raise ValueError(f"on_limit must be 'fail' or 'warn', got {on_limit!r}")
-        if default_crm_type not in KNOWN_CRM_TYPES:
+        check_batch_size(batch_size)
+        if max_rejected_fraction is not None:
+            if max_rejected is not _DEFAULT_MAX_REJECTED and max_rejected is not None:
+                raise ValueError(
+                    "give max_rejected (an int count or a float fraction), not both max_rejected and "
+                    "the deprecated max_rejected_fraction"
+                )
+            max_rejected = _fraction_alias(max_rejected_fraction)
+            self._deprecated("max_rejected_fraction is deprecated, use max_rejected=<fraction>")
+        max_rejected = check_limit(max_rejected, "max_rejected")
+        max_not_found = check_limit(max_not_found, "max_not_found")
+        if on_limit is not None:
+            if on_limit not in ("fail", "warn"):
+                raise ValueError(f"on_limit must be 'fail' or 'warn', got {on_limit!r}")
+            self._deprecated(
+                "on_limit is deprecated: a passed limit always fails the task; "
+                "use max_rejected=None / max_not_found=None for no limit"
+            )
+        if default_crm_type is not None and default_crm_type not in KNOWN_CRM_TYPES:
             raise ValueError(f"default_crm_type must be one of {sorted(KNOWN_CRM_TYPES)}")
         if rejects_path is not None and rejects_base is not None:
             raise ValueError("give rejects_path (a file) or rejects_base (a folder), not both")
         if progress_interval <= 0:
             raise ValueError("progress_interval must be positive")
-        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
-            raise ValueError(f"max_in_flight must be a whole number, got {max_in_flight!r}")
-        if not 1 <= max_in_flight <= MAX_IN_FLIGHT:
-            raise ValueError(f"max_in_flight must be between 1 and {MAX_IN_FLIGHT}, got {max_in_flight}")
+        check_in_flight(max_in_flight)
         if column_map is not None and isinstance(column_map, Mapping):
             normalise_column_map(column_map)
         if accounts_path is not None and file_format is None and "{{" not in str(accounts_path):
@@ -341,9 +369,8 @@ class _ListMembershipOperator(AbmBaseOperator):
         self.default_crm_org_id = default_crm_org_id
         self.batch_size = batch_size
         self.max_rejected = max_rejected
-        self.max_rejected_fraction = max_rejected_fraction
         self.max_not_found = max_not_found
-        self.on_limit = on_limit
+        self.on_limit: OnLimit = on_limit or "fail"
         self.rejects_path = rejects_path
         self.rejects_base = rejects_base
         self.progress_interval = progress_interval
@@ -374,41 +401,16 @@ class _ListMembershipOperator(AbmBaseOperator):
         When the source fails or a reject limit is passed, the batches already formed are still
         sent and counted first, exactly as a one-at-a-time sync would have sent them.
         """
-        local = threading.local()
-        hooks: list[AbmHook] = []
+        hooks = PerThread(self.get_hook)
 
         def send(batch: list[tuple[dict[str, str], SourceRow]]) -> AccountsResult:
-            hook = getattr(local, "hook", None)
-            if hook is None:
-                hook = local.hook = self.get_hook()
-                hooks.append(hook)
-            return self._send(hook, [account for account, _ in batch])
-
-        Pending = tuple[list[tuple[dict[str, str], SourceRow]], "Future[AccountsResult]"]
-        pending: deque[Pending] = deque()
-        pool = ThreadPoolExecutor(max_workers=self.max_in_flight, thread_name_prefix=f"abm-{self.action}")
-
-        def settle(count: int) -> None:
-            while len(pending) > count:
-                sent, future = pending.popleft()
-                self._count_batch(sent, future.result(), totals, rejects, progress)
+            return self._send(hooks.get(), [account for account, _ in batch])
 
         try:
-            while True:
-                try:
-                    batch = next(batches)
-                except StopIteration:
-                    break
-                except BaseException:
-                    settle(0)
-                    raise
-                settle(self.max_in_flight - 1)
-                pending.append((batch, pool.submit(send, batch)))
-            settle(0)
+            for sent, result in in_order(send, batches, self.max_in_flight, f"abm-{self.action}"):
+                self._count_batch(sent, result, totals, rejects, progress)
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-            for hook in hooks:
-                hook.close()
+            hooks.close()
 
     def _count_batch(
         self,
@@ -473,10 +475,24 @@ class _ListMembershipOperator(AbmBaseOperator):
             map_index=getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1,
         )
 
-    def _limit(self, message: str) -> None:
-        if self.on_limit == "fail":
-            raise AirflowFailException(message)
-        self.log.warning("%s (on_limit='warn': continuing)", message)
+    def _deprecated(self, message: str) -> None:
+        # Airflow's operator metaclass swaps this module's ``warnings`` for one that adds 2 to the
+        # stacklevel (to skip its __init__ wrapper), so 3 points at the DAG line making the operator.
+        warnings.warn(f"{type(self).__name__}: {message}", DeprecationWarning, stacklevel=3)
+
+    def _check_limit(self, count: int, limit: Limit, **kwargs: Any) -> bool:
+        """Fail past ``limit`` (:func:`~abm_provider.rejects.check_rejects`); return whether it was passed.
+
+        With the deprecated ``on_limit="warn"`` a passed limit is only logged.
+        """
+        try:
+            check_rejects(count, limit, **kwargs)
+        except TooManyRejects as err:
+            if self.on_limit != "warn":
+                raise
+            self.log.warning("%s (on_limit='warn': continuing)", err)
+            return True
+        return False
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Stream, validate, batch and send; write rejects as they appear; return a summary."""
@@ -503,24 +519,25 @@ class _ListMembershipOperator(AbmBaseOperator):
             target,
         )
 
-        with RejectsWriter(target, id_column=validator.id_column) as rejects:
+        with RejectsWriter(target) as rejects:
 
             def on_invalid(invalid: InvalidRow) -> None:
                 nonlocal warned_count
+                row = invalid.row
                 totals["rejected"] += 1
-                rejects.write(invalid.reason, invalid.row)
-                if len(examples) < 5:
-                    examples.append(f"row {invalid.row.row_number}: {invalid.reason}")
-                if (
-                    self.max_rejected is not None
-                    and totals["rejected"] > self.max_rejected
-                    and not warned_count
-                ):
-                    warned_count = True
-                    self._limit(
-                        f"More than max_rejected={self.max_rejected} invalid rows "
-                        f"({totals['rejected']} by row {invalid.row.row_number}); e.g. {examples}; "
-                        f"rejects in {target}"
+                _write_row(rejects, invalid.reason, row)
+                if len(examples) < 2:
+                    examples.append(describe_reject(invalid.reason, row.row_number, row.line))
+                if not warned_count and isinstance(self.max_rejected, int):
+                    # A count is checked as soon as it is passed: a wrong mapping fails in the first
+                    # rows, not after sending a million of them.
+                    warned_count = self._check_limit(
+                        totals["rejected"],
+                        self.max_rejected,
+                        total=row.row_number,
+                        final=False,
+                        examples=examples,
+                        rejects_path=target,
                     )
 
             def counted(rows: Iterable[SourceRow]) -> Iterable[SourceRow]:
@@ -560,21 +577,22 @@ class _ListMembershipOperator(AbmBaseOperator):
                 totals["not_found"],
                 rejects_path,
             )
-        if (
-            self.max_rejected_fraction is not None
-            and totals["rows"]
-            and totals["rejected"] / totals["rows"] > self.max_rejected_fraction
-        ):
-            self._limit(
-                f"{totals['rejected']} of {totals['rows']} rows invalid, over "
-                f"max_rejected_fraction={self.max_rejected_fraction}; e.g. {examples}; "
-                f"rejects in {rejects_path}"
+        if not warned_count:
+            self._check_limit(
+                totals["rejected"],
+                self.max_rejected,
+                total=totals["rows"],
+                examples=examples,
+                rejects_path=rejects_path,
             )
-        if self.max_not_found is not None and totals["not_found"] > self.max_not_found:
-            self._limit(
-                f"{totals['not_found']} accounts not found by the service, over "
-                f"max_not_found={self.max_not_found}; they are listed in {rejects_path}"
-            )
+        self._check_limit(
+            totals["not_found"],
+            self.max_not_found,
+            total=totals["rows"],
+            name="max_not_found",
+            what="accounts were not found by the service",
+            rejects_path=rejects_path,
+        )
         return summary
 
 
@@ -582,6 +600,11 @@ def _is_xcom_arg(value: Any) -> bool:
     from airflow.sdk.definitions._internal.mixins import ResolveMixin
 
     return isinstance(value, ResolveMixin)
+
+
+def _write_row(rejects: RejectsWriter, reason: str, row: SourceRow) -> None:
+    """One source row to the rejects file: its number, its CSV line if any, the row as JSON."""
+    rejects.write(reason, record=row.row_number, line=row.line, raw=raw_json(row.data))
 
 
 def _write_not_found(
@@ -601,9 +624,9 @@ def _write_not_found(
     for item in not_found:
         rows = by_id.get(str(item.get("id", "")))
         if rows:
-            rejects.write(reason, rows.pop(0))
+            _write_row(rejects, reason, rows.pop(0))
         else:
-            rejects.write(reason, None, dict(item))
+            rejects.write(reason, raw=raw_json(dict(item)))
 
 
 class AddAccountsToListOperator(_ListMembershipOperator):
@@ -616,18 +639,26 @@ class AddAccountsToListOperator(_ListMembershipOperator):
     stays flat whatever its size.
 
     Each row is validated before it is sent (id present, a string, no whitespace, within
-    ``DEFAULT_MAX_FIELD_LENGTH``; name/crmOrgId strings; crmType known, default ``SALESFORCE``).
+    ``DEFAULT_MAX_FIELD_LENGTH``; name/crmOrgId strings; crmType known). Only ``id`` is required:
+    the service fills a missing ``crmOrgId`` with the customer's CRM org and a missing ``crmType``
+    with ``SALESFORCE``, so a row is sent with what it has (``default_crm_org_id`` and
+    ``default_crm_type`` fill the gaps here instead, when set).
     Invalid rows and accounts the service reports as not found are written with a reason to a CSV
-    rejects file: ``rejects_path`` if given, else
-    ``<rejects_base or [abm] state_dir>/rejects/<dag_id>/<run_id>/<task_id>/try_<n>.csv``.
+    rejects file (the format of :mod:`abm_provider.rejects`, shared with the warehouse loader:
+    ``line`` of a CSV source, ``record`` number, ``reason``, ``raw`` row as JSON): ``rejects_path``
+    if given, else ``<rejects_base or [abm] state_dir>/rejects/<dag_id>/<run_id>/<task_id>/try_<n>.csv``.
 
     :param list_id: list to add to (templated; typically ``create_list.output["listId"]``).
     :param column_map: ``{api_field: source_column}`` for ``id``, ``name``, ``crmOrgId``, ``crmType``.
-    :param max_rejected: invalid rows tolerated (default 0); the task fails as soon as there are
-        more (or only warns, with ``on_limit="warn"``). ``None``: no count limit.
-    :param max_rejected_fraction: invalid share of all rows tolerated, checked at the end.
-    :param max_not_found: not-found accounts tolerated (default ``None``: no limit), checked at the end.
-    :param on_limit: ``"fail"`` (default) or ``"warn"`` when a limit above is passed.
+    :param max_rejected: invalid rows tolerated: an int is a count, checked as each invalid row is met
+        so the task fails as soon as there are more (default 0); a float in [0, 1) is a share of all
+        rows, checked at the end; ``None``: no limit. Past it the task fails without retries
+        (:class:`~abm_provider.rejects.TooManyRejects`), the rejects written so far kept.
+    :param max_not_found: not-found accounts tolerated, as a count or a share of all rows like
+        ``max_rejected`` (default ``None``: no limit); checked at the end.
+    :param max_rejected_fraction: deprecated, use ``max_rejected=<float>``. Giving both fails.
+    :param on_limit: deprecated. ``"warn"`` only logs a passed limit; ``"fail"`` is what happens
+        without it. For no limit, set ``max_rejected=None`` and ``max_not_found=None``.
     :param progress_interval: seconds between progress log lines.
     :param max_in_flight: requests open at once (default 2, at most 8; 1 sends one at a time).
         Batches are independent, so a second request hides the round trip; raise it for a distant
@@ -656,3 +687,15 @@ class RemoveAccountsFromListOperator(_ListMembershipOperator):
     api_fields = REMOVE_FIELDS
 
     summary_keys = ("rows", "sent", "removed", "not_found", "rejected", "batches")
+
+
+# The sync operator lives in its own module (it has its own engine); it is part of this module's API.
+from abm_provider.operators.list_sync import AccountListSyncOperator  # noqa: E402
+
+__all__ = [
+    "AccountListSyncOperator",
+    "AddAccountsToListOperator",
+    "CreateAccountListFolderOperator",
+    "CreateAccountListOperator",
+    "RemoveAccountsFromListOperator",
+]

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseHook, BaseOperator, ObjectStoragePath
 from airflow.sdk.exceptions import AirflowFailException
 
-from abm_provider.warehouse import LoadRequest, Method, SchemaMismatch, TooManyRejects, loader_for
+from abm_provider.rejects import Limit, check_limit, default_rejects_path
+from abm_provider.warehouse import LoadRequest, Method, SchemaMismatch, loader_for
 from abm_provider.warehouse.ledger import DEFAULT_LEDGER_TABLE
 from abm_provider.warehouse.records import UnreadableFile, read_header
-from abm_provider.warehouse.rejects import default_rejects_path
 from abm_provider.warehouse.schema import TableName, check_identifier, export_schema
 
 if TYPE_CHECKING:
@@ -63,8 +63,11 @@ class ExecutionCsvToSqlOperator(BaseOperator):
     :param on_schema_change: ``"fail"`` (default) or ``"add_columns"`` (unknown file columns are
         added to the table; a column missing from the file always fails).
     :param max_rejected: an int is a count of rejected records tolerated, a float in [0, 1) a
-        fraction of all records; past it the load fails and nothing is loaded. Default 0.
-    :param rejects_path: where rejected records go (default ``<source>.rejects.csv``).
+        fraction of all records, ``None`` no limit; past it the load fails without retries
+        (:class:`~abm_provider.rejects.TooManyRejects`) and nothing is loaded. Default 0.
+    :param rejects_path: where rejected records go (default ``<source>.rejects.csv``), in the
+        rejects format of :mod:`abm_provider.rejects` (``line``, ``record``, ``reason``, ``raw``);
+        a load without rejects removes a file an earlier load left there.
     :param ledger_table: name of the ledger table, in the target's schema.
     :param method: ``"auto"`` (the warehouse's bulk path when known), ``"native"`` (fail when
         there is none) or ``"generic"`` (chunked ``executemany`` everywhere).
@@ -96,7 +99,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         execution_id: str | None = None,
         force: bool = False,
         on_schema_change: str = "fail",
-        max_rejected: int | float = 0,
+        max_rejected: Limit = 0,
         rejects_path: str | None = None,
         ledger_table: str = DEFAULT_LEDGER_TABLE,
         method: Method = "auto",
@@ -110,14 +113,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
             raise ValueError(f"on_schema_change must be one of {_ON_SCHEMA_CHANGE}, got {on_schema_change!r}")
         if method not in ("auto", "native", "generic"):
             raise ValueError(f"method must be 'auto', 'native' or 'generic', got {method!r}")
-        if isinstance(max_rejected, bool) or not isinstance(max_rejected, int | float):
-            raise ValueError(
-                f"max_rejected must be an int (count) or a float (fraction), got {max_rejected!r}"
-            )
-        if isinstance(max_rejected, float) and not 0.0 <= max_rejected < 1.0:
-            raise ValueError(f"max_rejected as a fraction must be in [0, 1), got {max_rejected}")
-        if isinstance(max_rejected, int) and max_rejected < 0:
-            raise ValueError(f"max_rejected must not be negative, got {max_rejected}")
+        max_rejected = check_limit(max_rejected, "max_rejected")
         if chunk_rows < 1:
             raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
         if export_type is not None and not _templated(export_type):
@@ -209,8 +205,9 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         )
         try:
             result = loader.load(request, read_header(path))
-        except (UnreadableFile, SchemaMismatch, TooManyRejects) as exc:
-            # A broken file, bad data or a schema change: retrying the same file cannot succeed.
+        except (UnreadableFile, SchemaMismatch) as exc:
+            # A broken file or a schema change: retrying the same file cannot succeed. Too many bad
+            # records raise TooManyRejects, an AirflowFailException already.
             raise AirflowFailException(str(exc)) from exc
         if result.skipped:
             self.log.info("Skipped: execution %s was already loaded into %s", result.execution_id, table)

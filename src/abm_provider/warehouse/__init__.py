@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from abm_provider.rejects import TooManyRejects
 from abm_provider.warehouse.base import LoadRequest, LoadResult, SchemaMismatch, WarehouseLoader
-from abm_provider.warehouse.rejects import TooManyRejects
 
 Method = Literal["auto", "native", "generic"]
 
@@ -21,11 +21,13 @@ __all__ = [
     "SchemaMismatch",
     "TooManyRejects",
     "WarehouseLoader",
+    "dialect_of",
     "loader_for",
 ]
 
 
-def _dialect(hook: Any) -> str:
+def dialect_of(hook: Any) -> str:
+    """The warehouse kind behind a common-sql hook: ``duckdb``, ``postgres`` or ``generic``."""
     conn_type = str(getattr(hook, "conn_type", "") or "").lower()
     names = {cls.__name__ for cls in type(hook).__mro__}
     if conn_type == "duckdb" or "DuckDBHook" in names:
@@ -47,7 +49,7 @@ def loader_for(
     """Return the loader for ``hook``: its native bulk path, or the generic one when asked or unknown."""
     if method not in ("auto", "native", "generic"):
         raise ValueError(f"method must be 'auto', 'native' or 'generic', got {method!r}")
-    dialect = _dialect(hook) if method != "generic" else "generic"
+    dialect = dialect_of(hook) if method != "generic" else "generic"
     if dialect == "duckdb":
         from abm_provider.warehouse.duckdb import DuckDBLoader
 

@@ -34,9 +34,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from abm_provider.rejects import Limit, RejectsWriter, check_rejects, describe_reject
 from abm_provider.warehouse import ledger
 from abm_provider.warehouse.records import locate
-from abm_provider.warehouse.rejects import Reject, check_threshold, write_rejects
 from abm_provider.warehouse.schema import (
     EXECUTION_ID_COLUMN,
     LINEAGE_COLUMNS,
@@ -73,7 +73,7 @@ class LoadRequest:
     ledger: TableName
     force: bool = False
     on_schema_change: OnSchemaChange = "fail"
-    max_rejected: int | float = 0
+    max_rejected: Limit = 0
 
 
 @dataclass
@@ -493,25 +493,33 @@ class WarehouseLoader(ABC):
     ) -> None:
         result.rows_rejected = len(rejects)
         path = request.rejects_path
-        if not rejects:
-            path.unlink(missing_ok=True)  # a stale file from an earlier run would mislead
-            return
-        found = locate(request.path, width, set(rejects))
-        written = write_rejects(
-            path,
-            (
-                Reject(
-                    record=n,
-                    line=found[n].line if n in found else None,
-                    reason=reason,
-                    raw=found[n].raw if n in found else "",
+        found = locate(request.path, width, set(rejects)) if rejects else {}
+        examples: list[str] = []
+        # remove_stale: a clean load removes the file an earlier load left there, which would mislead.
+        with RejectsWriter(path, remove_stale=True) as writer:
+            for number in sorted(rejects):
+                record = found.get(number)
+                line = record.line if record is not None else None
+                writer.write(
+                    rejects[number],
+                    record=number,
+                    line=line,
+                    raw=record.raw.rstrip("\r\n") if record is not None else "",
                 )
-                for n, reason in rejects.items()
-            ),
-        )
+                if len(examples) < 2:
+                    examples.append(describe_reject(rejects[number], number, line))
+        if not writer.written:
+            return
         result.rejects_path = str(path)
-        self.log.warning("%d of %d records rejected; written to %s", written, total, path)
-        check_threshold(len(rejects), total, request.max_rejected, path)
+        self.log.warning("%d of %d records rejected; written to %s", writer.count, total, path)
+        check_rejects(
+            len(rejects),
+            request.max_rejected,
+            total=total,
+            examples=examples,
+            rejects_path=path,
+            outcome="Nothing was loaded.",
+        )
 
     def _prepare_target(self, cur: Any, request: LoadRequest, plan: ColumnPlan) -> None:
         cur.execute(ledger.create_sql(request.ledger))

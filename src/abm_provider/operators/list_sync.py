@@ -1,0 +1,332 @@
+"""``AccountListSyncOperator``: keep an account list in step with a table, a query or a file.
+
+The operator orchestrates; the engine (:mod:`abm_provider.sync`) owns the state tables and the diff.
+Importable from :mod:`abm_provider.operators.account_lists` with the other list operators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.sdk.exceptions import AirflowFailException
+
+from abm_provider.accounts import (
+    KNOWN_CRM_TYPES,
+    MAX_BATCH_SIZE,
+    AccountSource,
+    AccountValidator,
+    SqlSource,
+    check_batch_size,
+    detect_file_format,
+    normalise_column_map,
+    open_file_source,
+)
+from abm_provider.operators._base import AbmBaseOperator
+from abm_provider.rejects import check_limit
+from abm_provider.sync.database import StateDatabase, sql_hook
+from abm_provider.sync.engine import MODES, ListSync, Mode, SyncOptions
+from abm_provider.sync.state import DEFAULT_PREFIX, StateTables
+from abm_provider.transfers.csv_to_sql import warehouse_asset
+from abm_provider.urls import path_segment
+from abm_provider.warehouse.schema import TableName
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context, ObjectStoragePath
+
+from abm_provider._inflight import check_in_flight
+
+
+def _templated(value: object) -> bool:
+    return isinstance(value, str) and "{{" in value
+
+
+def _as_bool(value: Any, name: str) -> bool:
+    """A flag given as a bool or, once rendered from a template, as ``"true"``/``"false"``."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def _as_mode(value: Any) -> Mode:
+    if value not in MODES:
+        raise ValueError(f"mode must be one of {list(MODES)}, got {value!r}")
+    return value  # type: ignore[no-any-return]
+
+
+class AccountListSyncOperator(AbmBaseOperator):
+    """Keep an account list in step with a source: send only what changed since the last run.
+
+    The source is one of ``table`` or ``sql`` (over ``sql_conn_id``, any common-sql connection) or
+    ``accounts_path`` (CSV or Parquet on any ``ObjectStoragePath``). Each row is validated as the
+    add operator validates it; only ``id`` is required.
+
+    State lives in four tables on ``state_conn_id`` (default: ``sql_conn_id``), created on first use:
+    ``<prefix>members`` (what the list holds by our record), ``<prefix>plan`` (each run's change
+    set), ``<prefix>rejects`` (refused rows with their reasons) and ``<prefix>runs`` (one row per
+    run). A run plans, sends, then records, keyed by the list and the Airflow run id: a retry or a
+    re-run after a crash resumes after the last recorded batch and converges on the same membership;
+    a refused row (invalid, or not found by the service) is not sent again until one of its values
+    changes. See :mod:`abm_provider.sync.engine`.
+
+    :param list_id: the list to keep (templated; e.g. ``ensure_list.output["list_id"]``).
+    :param table: source table, ``table`` or ``schema.table`` (templated), read with ``sql_conn_id``.
+    :param sql: source query (templated; ``.sql`` files are templates), run with ``sql_conn_id``.
+    :param accounts_path: source file, ``.csv`` or ``.parquet`` (templated); needs ``state_conn_id``.
+    :param column_map: ``{api_field: source_column}`` for ``id``, ``name``, ``crmOrgId``, ``crmType``.
+    :param mode: ``"mirror"`` (default: add what joined, remove what left) or ``"add_only"`` (never
+        remove). Templated.
+    :param dry_run: compute, log and return the plan without sending anything or changing the
+        recorded membership (templated; ``"true"``/``"false"`` accepted once rendered).
+    :param max_rejected: as for the warehouse loader: an int is a count of invalid rows tolerated,
+        a float in [0, 1) a fraction of the source rows, ``None`` no limit. Past it nothing is sent
+        or recorded. Rows refused in an earlier run with the same values are not counted again.
+    :param state_conn_id: where the state tables live (templated); default ``sql_conn_id``.
+    :param state_schema: schema of the state tables (default: the connection's).
+    :param state_table_prefix: name prefix of the state tables (default ``abm_sync_``).
+    :param default_crm_org_id: / ``default_crm_type``: fill a row's missing org or type; by default a
+        row is sent with what it has and the service fills the rest.
+    :param max_in_flight: requests open at once (default 2, at most 8).
+    :param drift_check: after a run, compare the recorded count with the list's
+        ``estimatedAccountsCount`` and warn with both when they differ (default ``True``).
+    :return: ``{"to_add", "to_remove", "added", "removed", "duplicates", "not_found", "rejected",
+        "dry_run", "held", "source_rows", "list_id", "mode", "state_count"[, "service_count"]}``:
+        counts only, never accounts. ``held`` counts rows refused before and skipped.
+    """
+
+    template_fields: Sequence[str] = (
+        "list_id",
+        "table",
+        "sql",
+        "accounts_path",
+        "file_format",
+        "sql_conn_id",
+        "parameters",
+        "column_map",
+        "mode",
+        "preview",
+        "state_conn_id",
+        "state_schema",
+        "default_crm_org_id",
+    )
+    template_ext: Sequence[str] = (".sql",)
+    template_fields_renderers: ClassVar[dict[str, str]] = {
+        "sql": "sql",
+        "parameters": "json",
+        "column_map": "json",
+    }
+    ui_color = "#fce8e6"
+
+    def __init__(
+        self,
+        *,
+        list_id: str,
+        table: str | None = None,
+        sql: str | None = None,
+        sql_conn_id: str | None = None,
+        accounts_path: str | ObjectStoragePath | None = None,
+        file_format: str | None = None,
+        parameters: Mapping[str, Any] | Sequence[Any] | None = None,
+        sql_hook_params: Mapping[str, Any] | None = None,
+        column_map: Mapping[str, str] | None = None,
+        mode: Mode | str = "mirror",
+        dry_run: bool | str = False,
+        max_rejected: int | float | None = 0,
+        state_conn_id: str | None = None,
+        state_schema: str | None = None,
+        state_table_prefix: str = DEFAULT_PREFIX,
+        default_crm_org_id: str | None = None,
+        default_crm_type: str | None = None,
+        batch_size: int = MAX_BATCH_SIZE,
+        max_in_flight: int = 2,
+        progress_interval: float = 30.0,
+        drift_check: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        given = [n for n, v in (("table", table), ("sql", sql), ("accounts_path", accounts_path)) if v]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one source: table, sql or accounts_path; got {given or 'none'}")
+        if (table or sql) and not sql_conn_id:
+            raise ValueError(f"{given[0]} needs sql_conn_id (any common-sql connection)")
+        if accounts_path and not state_conn_id:
+            raise ValueError("accounts_path needs state_conn_id: the connection that holds the state tables")
+        if parameters is not None and sql is None:
+            raise ValueError("parameters are only used with sql")
+        if file_format is not None and accounts_path is None:
+            raise ValueError("file_format is only used with accounts_path")
+        if accounts_path and file_format is None and not _templated(str(accounts_path)):
+            detect_file_format(str(accounts_path))
+        if table and not _templated(table):
+            TableName.parse(table)
+        if not _templated(mode):
+            _as_mode(mode)
+        if not _templated(dry_run):
+            _as_bool(dry_run, "dry_run")
+        check_limit(max_rejected, "max_rejected")
+        if state_schema is not None and not _templated(state_schema):
+            StateTables.named(state_table_prefix, state_schema)
+        StateTables.named(state_table_prefix)
+        if column_map is not None and isinstance(column_map, Mapping):
+            normalise_column_map(column_map)
+        if default_crm_type is not None and default_crm_type not in KNOWN_CRM_TYPES:
+            raise ValueError(f"default_crm_type must be one of {sorted(KNOWN_CRM_TYPES)} or None")
+        check_batch_size(batch_size)
+        check_in_flight(max_in_flight)
+        if progress_interval <= 0:
+            raise ValueError("progress_interval must be positive")
+        if not _templated(list_id):
+            path_segment(list_id, "list_id")
+        if table and sql_conn_id and not _templated(table) and not _templated(sql_conn_id):
+            kwargs.setdefault("inlets", [warehouse_asset(sql_conn_id, table)])
+        super().__init__(**kwargs)
+        self.list_id = list_id
+        self.table = table
+        self.sql = sql
+        self.sql_conn_id = sql_conn_id
+        self.accounts_path = accounts_path
+        self.file_format = file_format
+        self.parameters = parameters
+        self.sql_hook_params = dict(sql_hook_params or {})
+        self.column_map = column_map
+        self.mode = mode
+        # ``dry_run`` is a method of BaseOperator, so the flag is kept under another name.
+        self.preview = dry_run
+        self.max_rejected = max_rejected
+        self.state_conn_id = state_conn_id
+        self.state_schema = state_schema
+        self.state_table_prefix = state_table_prefix
+        self.default_crm_org_id = default_crm_org_id
+        self.default_crm_type = default_crm_type
+        self.batch_size = batch_size
+        self.max_in_flight = max_in_flight
+        self.progress_interval = progress_interval
+        self.drift_check = drift_check
+        self._lineage: dict[str, Any] | None = None
+
+    def _source(self) -> AccountSource:
+        if self.accounts_path:
+            return open_file_source(self.accounts_path, self.file_format, read_batch_size=self.batch_size)
+        assert self.sql_conn_id is not None
+        query = self.sql or f"SELECT * FROM {TableName.parse(str(self.table)).sql}"
+        return SqlSource(
+            query,
+            self.sql_conn_id,
+            parameters=self.parameters if self.sql else None,
+            hook_params=self.sql_hook_params,
+            fetch_size=self.batch_size,
+        )
+
+    def _options(self, context: Context) -> SyncOptions:
+        """The rendered arguments, checked; a bad value fails the task without retries."""
+        try:
+            path_segment(self.list_id, "list_id")
+            run_id = context.get("run_id") or getattr(context.get("ti"), "run_id", None)
+            if not run_id:
+                raise ValueError("no run_id in the task context")
+            return SyncOptions(
+                list_id=self.list_id,
+                run_id=str(run_id),
+                mode=_as_mode(self.mode),
+                dry_run=_as_bool(self.preview, "dry_run"),
+                max_rejected=self.max_rejected,
+                batch_size=self.batch_size,
+                max_in_flight=self.max_in_flight,
+                progress_interval=self.progress_interval,
+            )
+        except ValueError as err:
+            raise AirflowFailException(str(err)) from err
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Plan against the state tables, send the change, record it; return the counts."""
+        options = self._options(context)
+        try:
+            tables = StateTables.named(self.state_table_prefix, self.state_schema)
+            validator = AccountValidator(
+                self.column_map,
+                default_crm_type=self.default_crm_type,
+                default_crm_org_id=self.default_crm_org_id,
+            )
+        except ValueError as err:
+            raise AirflowFailException(str(err)) from err
+        state_conn_id = self.state_conn_id or self.sql_conn_id
+        assert state_conn_id is not None
+        db = StateDatabase(sql_hook(state_conn_id, "state_conn_id"))
+        self.log.info(
+            "Syncing list %s (%s%s) from %s; state in %s on %s",
+            options.list_id,
+            options.mode,
+            ", dry run" if options.dry_run else "",
+            self.table or self.accounts_path or "the sql query",
+            f"{self.state_schema + '.' if self.state_schema else ''}{self.state_table_prefix}*",
+            state_conn_id,
+        )
+        try:
+            sync = ListSync(db, tables, options, validator, self.get_hook, self.log)
+            summary = sync.run(self._source())
+            if self.drift_check and not options.dry_run:
+                sync.check_drift(self.hook, summary)
+        finally:
+            db.close()
+        if options.dry_run and summary["rejected"]:
+            self.log.warning("%d rows would be refused as invalid (not recorded)", summary["rejected"])
+        elif summary["rejected"] or summary["not_found"]:
+            self.log.warning(
+                "%d rows refused as invalid and %d accounts not found by the service in this run; "
+                "they are in %s with their reasons and are not sent again until they change",
+                summary["rejected"],
+                summary["not_found"],
+                tables.rejects,
+            )
+        self.log.info("Sync of list %s done: %s", options.list_id, summary)
+        self._lineage = {"list_id": options.list_id, "summary": summary}
+        return summary
+
+    # ---- lineage --------------------------------------------------------------------------------
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Input: the source table or file; output: the account list."""
+        if self._lineage is None:
+            return None
+        try:
+            from airflow.providers.openlineage.extractors import OperatorLineage
+            from openlineage.client.event_v2 import Dataset
+        except ImportError:
+            return None
+        inputs = []
+        if self.table and self.sql_conn_id:
+            from abm_provider.transfers.csv_to_sql import _ol_table
+
+            with suppress(Exception):
+                namespace, name = _ol_table(
+                    sql_hook(self.sql_conn_id, "sql_conn_id"), TableName.parse(self.table)
+                )
+                inputs.append(Dataset(namespace=namespace, name=name))
+        elif self.accounts_path:
+            inputs.append(Dataset(namespace="file", name=str(self.accounts_path)))
+        elif self.sql and self.sql_conn_id:
+            inputs.extend(_sql_inputs(self.sql, self.sql_conn_id))
+        _scheme, host, port = self.hook.settings.origin
+        output = Dataset(namespace=f"abm://{host}:{port}", name=f"accountLists/{self._lineage['list_id']}")
+        return OperatorLineage(inputs=inputs, outputs=[output])
+
+
+def _sql_inputs(sql: str, conn_id: str) -> list[Any]:
+    """The tables a source query reads, by OpenLineage's SQL parser, when it is installed."""
+    try:
+        from openlineage.client.event_v2 import Dataset
+        from openlineage_sql import parse
+    except ImportError:
+        return []
+    found: list[Any] = []
+    with suppress(Exception):
+        hook = sql_hook(conn_id, "sql_conn_id")
+        from abm_provider.transfers.csv_to_sql import _ol_table
+
+        for table in parse([sql]).in_tables:
+            name = TableName(table.schema or None, table.name)
+            namespace, qualified = _ol_table(hook, name)
+            found.append(Dataset(namespace=namespace, name=qualified))
+    return found

@@ -1,0 +1,83 @@
+"""The list sync's state tables in the warehouse, and the SQL that reads and writes them.
+
+Four tables, created on first use, shared by every list the sync keeps (each row carries its list):
+
+- ``<prefix>members``: what each list holds by our record, one row per ``(account_id, crm_org_id)``
+  membership key. ``crm_org_id`` is ``''`` when the row gave none (the service then uses the
+  customer's CRM org), so keys compare with ``=`` on every database.
+- ``<prefix>plan``: each run's change set, numbered per action, so a retry resumes after the last
+  batch recorded instead of sending it all again. A list keeps only its latest runs' plans.
+- ``<prefix>rejects``: rows refused (invalid before sending, or not found by the service), with the
+  reason and a hash of the values; a row with the same hash is not sent again.
+- ``<prefix>runs``: one row per list and run: mode, status, the plan's counts, how far each action
+  got, and what the service answered.
+
+Every value is passed as a bind parameter; only the identifiers, checked as plain names, are spliced
+into the SQL text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from abm_provider.warehouse.schema import TableName, check_identifier
+
+#: The default name prefix of the state tables.
+DEFAULT_PREFIX = "abm_sync_"
+#: Status of a run whose plan is written and not yet fully sent.
+SENDING = "sending"
+#: Status of a run whose plan was sent and recorded.
+DONE = "done"
+#: Status of a preview: the plan is written, nothing was sent and the membership is unchanged.
+DRY_RUN = "dry_run"
+
+_KEY = "VARCHAR(255) NOT NULL"
+_TEXT = "VARCHAR(255)"
+
+
+@dataclass(frozen=True)
+class StateTables:
+    """The names of the four state tables: ``[schema.]<prefix>{members,plan,rejects,runs}``."""
+
+    members: TableName
+    plan: TableName
+    rejects: TableName
+    runs: TableName
+
+    @classmethod
+    def named(cls, prefix: str = DEFAULT_PREFIX, schema: str | None = None) -> StateTables:
+        """Tables named ``<prefix>members`` and so on, in ``schema`` (the connection's default if None)."""
+        if schema is not None:
+            check_identifier(schema, "state_schema")
+        check_identifier(prefix + "members", "state_table_prefix")
+
+        def table(name: str) -> TableName:
+            return TableName(schema, prefix + name)
+
+        return cls(table("members"), table("plan"), table("rejects"), table("runs"))
+
+    def create_sql(self) -> list[str]:
+        """``CREATE TABLE IF NOT EXISTS`` for each table, in portable types."""
+        account = (
+            f"account_id {_KEY}, crm_org_id {_KEY}, crm_type {_TEXT}, account_name {_TEXT}, "
+            "row_hash VARCHAR(64) NOT NULL"
+        )
+        return [
+            f"CREATE TABLE IF NOT EXISTS {self.members.sql} (list_id {_KEY}, {account}, "
+            f"run_id {_KEY}, synced_at TIMESTAMP NOT NULL, "
+            "PRIMARY KEY (list_id, account_id, crm_org_id))",
+            f"CREATE TABLE IF NOT EXISTS {self.plan.sql} (list_id {_KEY}, run_id {_KEY}, "
+            f"action VARCHAR(8) NOT NULL, seq BIGINT NOT NULL, {account}, "
+            "PRIMARY KEY (list_id, run_id, action, seq))",
+            f"CREATE TABLE IF NOT EXISTS {self.rejects.sql} (list_id {_KEY}, run_id {_KEY}, "
+            f"action VARCHAR(8) NOT NULL, account_id {_TEXT}, crm_org_id {_TEXT}, "
+            "row_hash VARCHAR(64) NOT NULL, reason TEXT NOT NULL, record BIGINT, line BIGINT, raw TEXT, "
+            "recorded_at TIMESTAMP NOT NULL)",
+            f"CREATE TABLE IF NOT EXISTS {self.runs.sql} (list_id {_KEY}, run_id {_KEY}, "
+            "mode VARCHAR(16) NOT NULL, status VARCHAR(16) NOT NULL, source_rows BIGINT NOT NULL, "
+            "to_add BIGINT NOT NULL, to_remove BIGINT NOT NULL, add_done BIGINT NOT NULL, "
+            "remove_done BIGINT NOT NULL, added BIGINT NOT NULL, removed BIGINT NOT NULL, "
+            "duplicates BIGINT NOT NULL, not_found BIGINT NOT NULL, rejected BIGINT NOT NULL, "
+            "held BIGINT NOT NULL, started_at TIMESTAMP NOT NULL, finished_at TIMESTAMP, "
+            "PRIMARY KEY (list_id, run_id))",
+        ]

@@ -1,0 +1,284 @@
+"""``AccountListSyncOperator`` against the emulator, with its state on DuckDB and on PostgreSQL.
+
+What reaches the service is read from the emulator's request log and its admin view of the list,
+never from the operator's own summary; the warehouse is read with the database's own driver.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from sync_support import CONN_ID, Warehouse
+
+from abm_provider.hooks.abm import AbmHook
+from abm_provider.operators.account_lists import AccountListSyncOperator
+from abm_provider.rejects import TooManyRejects
+
+COLUMNS = ["account_id", "account_name", "crm_org_id"]
+COLUMN_MAP = {"id": "account_id", "name": "account_name", "crmOrgId": "crm_org_id"}
+ORG = "00D000000000001"
+NOT_FOUND = "002000000000000099"  # well formed, but not an account id: the service reports it not found
+
+
+def account_id(n: int) -> str:
+    return f"001{n:015d}"
+
+
+def rows_for(numbers: range | list[int], org: str | None = ORG) -> list[tuple[str, str, str | None]]:
+    return [(account_id(n), f"Account {n}", org) for n in numbers]
+
+
+def context(run_id: str) -> dict[str, Any]:
+    ti = SimpleNamespace(dag_id="sync_test", task_id="sync", run_id=run_id, try_number=1, map_index=-1)
+    return {"ti": ti, "task_instance": ti, "run_id": run_id}
+
+
+def make_list(name: str = "Targets") -> str:
+    hook = AbmHook()
+    folder = hook.ensure_folder("Sync tests")
+    return str(hook.ensure_list(name, folder["folderId"])["listId"])
+
+
+def operator(warehouse: Warehouse, list_id: str, **kwargs: Any) -> AccountListSyncOperator:
+    kwargs.setdefault("table", warehouse.name("targets"))
+    kwargs.setdefault("column_map", COLUMN_MAP)
+    return AccountListSyncOperator(
+        task_id="sync",
+        list_id=list_id,
+        sql_conn_id=CONN_ID,
+        state_schema=warehouse.schema,
+        max_attempts=1,
+        **kwargs,
+    )
+
+
+def sync(warehouse: Warehouse, list_id: str, run_id: str, **kwargs: Any) -> dict[str, Any]:
+    result: dict[str, Any] = operator(warehouse, list_id, **kwargs).execute(context(run_id))
+    return result
+
+
+def member_ids(abm: Any, list_id: str) -> set[str]:
+    return {m["id"] for m in abm.members(list_id)}
+
+
+def membership_requests(abm: Any) -> dict[str, int]:
+    """Add and remove requests the service received since the log was last cleared."""
+    counts = {"add": 0, "remove": 0}
+    for seen in abm.requests_seen():
+        path = str(seen.get("path", ""))
+        for action in counts:
+            if seen.get("method") == "POST" and path.endswith(f"/accounts/{action}"):
+                counts[action] += 1
+    return counts
+
+
+def clear_requests(abm: Any) -> None:
+    abm.admin("DELETE", "/_admin/requests")
+
+
+def state_ids(warehouse: Warehouse, list_id: str) -> set[str]:
+    rows = warehouse.query(
+        f"SELECT account_id FROM {warehouse.name('abm_sync_members')} WHERE list_id = %s", [list_id]
+    )
+    return {r[0] for r in rows}
+
+
+@pytest.mark.timeout(600)
+def test_a_large_source_is_synced_then_only_the_change_is_sent_then_nothing(
+    abm: Any, warehouse: Warehouse
+) -> None:
+    list_id = make_list()
+    warehouse.replace_table("targets", COLUMNS, rows_for(range(100_000)))
+
+    clear_requests(abm)
+    first = sync(warehouse, list_id, "run_1")
+    assert (first["to_add"], first["added"], first["to_remove"], first["removed"]) == (100_000, 100_000, 0, 0)
+    assert membership_requests(abm) == {"add": 100, "remove": 0}
+    assert member_ids(abm, list_id) == {account_id(n) for n in range(100_000)}
+
+    # 1% changed: 500 accounts left the target set and 500 joined.
+    changed = list(range(500, 100_500))
+    warehouse.replace_table("targets", COLUMNS, rows_for(changed))
+    clear_requests(abm)
+    second = sync(warehouse, list_id, "run_2")
+    assert (second["to_add"], second["added"], second["to_remove"], second["removed"]) == (500, 500, 500, 500)
+    assert membership_requests(abm) == {"add": 1, "remove": 1}
+    expected = {account_id(n) for n in changed}
+    assert member_ids(abm, list_id) == expected
+    assert state_ids(warehouse, list_id) == expected
+
+    clear_requests(abm)
+    third = sync(warehouse, list_id, "run_3")
+    assert (third["to_add"], third["to_remove"], third["added"], third["removed"]) == (0, 0, 0, 0)
+    assert membership_requests(abm) == {"add": 0, "remove": 0}
+    assert third["state_count"] == third["service_count"] == 100_000
+    assert set(first) >= {
+        "to_add",
+        "to_remove",
+        "added",
+        "removed",
+        "duplicates",
+        "not_found",
+        "rejected",
+        "dry_run",
+    }
+
+
+def test_add_only_never_removes(abm: Any, warehouse: Warehouse) -> None:
+    list_id = make_list()
+    warehouse.replace_table("targets", COLUMNS, rows_for(range(50)))
+    sync(warehouse, list_id, "run_1", mode="add_only")
+    warehouse.replace_table("targets", COLUMNS, rows_for(range(30, 60)))
+    clear_requests(abm)
+    second = sync(warehouse, list_id, "run_2", mode="add_only")
+    assert (second["to_add"], second["to_remove"], second["removed"]) == (10, 0, 0)
+    assert membership_requests(abm)["remove"] == 0
+    assert member_ids(abm, list_id) == {account_id(n) for n in range(60)}
+
+
+def test_dry_run_sends_nothing_and_reports_the_plan(abm: Any, warehouse: Warehouse, capsys: Any) -> None:
+    list_id = make_list()
+    warehouse.replace_table("targets", COLUMNS, rows_for(range(20)))
+    sync(warehouse, list_id, "run_1")
+    warehouse.replace_table("targets", COLUMNS, [*rows_for(range(5, 27)), ("bad id", "Bad", ORG)])
+    clear_requests(abm)
+    capsys.readouterr()
+    preview = sync(warehouse, list_id, "run_2", dry_run="true")
+    assert preview["dry_run"] is True
+    assert (preview["to_add"], preview["to_remove"], preview["rejected"]) == (7, 5, 1)
+    assert (preview["added"], preview["removed"]) == (0, 0)
+    assert membership_requests(abm) == {"add": 0, "remove": 0}
+    assert member_ids(abm, list_id) == {account_id(n) for n in range(20)}
+    assert state_ids(warehouse, list_id) == {account_id(n) for n in range(20)}
+    assert f"e.g. to add: {account_id(20)}@{ORG}" in capsys.readouterr().out
+    # The preview recorded no reject, so the real run counts (and records) the bad row.
+    real = sync(warehouse, list_id, "run_2", max_rejected=1)
+    assert (real["dry_run"], real["added"], real["removed"], real["rejected"]) == (False, 7, 5, 1)
+    assert member_ids(abm, list_id) == {account_id(n) for n in range(5, 27)}
+
+
+def test_accounts_given_by_id_alone_are_added(abm: Any, warehouse: Warehouse) -> None:
+    list_id = make_list()
+    warehouse.replace_table("targets", ["id"], [(account_id(n),) for n in range(3)])
+    result = sync(warehouse, list_id, "run_1", column_map=None)
+    assert (result["added"], result["rejected"]) == (3, 0)
+    members = abm.members(list_id)
+    assert {m["id"] for m in members} == {account_id(n) for n in range(3)}
+    assert {(m["crmOrgId"], m["crmType"]) for m in members} == {(abm.crm_org_id(), "SALESFORCE")}
+    # Still in step on the next run: nothing is sent again, and a departed account is removed.
+    warehouse.replace_table("targets", ["id"], [(account_id(n),) for n in range(2)])
+    clear_requests(abm)
+    again = sync(warehouse, list_id, "run_2", column_map=None)
+    assert (again["to_add"], again["removed"]) == (0, 1)
+    assert member_ids(abm, list_id) == {account_id(0), account_id(1)}
+
+
+def test_a_key_that_moves_from_no_org_to_its_org_stays_on_the_list(abm: Any, warehouse: Warehouse) -> None:
+    """Removals go first, so the account given by id alone, then with the org the service filled in,
+    ends on the list (sent the other way round, the removal would take the new membership away)."""
+    list_id = make_list()
+    warehouse.replace_table("targets", COLUMNS, [(account_id(1), "A", None)])
+    sync(warehouse, list_id, "run_1")
+    warehouse.replace_table("targets", COLUMNS, [(account_id(1), "A", abm.crm_org_id())])
+    result = sync(warehouse, list_id, "run_2")
+    assert (result["to_add"], result["to_remove"]) == (1, 1)
+    assert member_ids(abm, list_id) == {account_id(1)}
+
+
+def test_a_refused_row_is_not_sent_again_until_it_changes(abm: Any, warehouse: Warehouse) -> None:
+    list_id = make_list()
+    source = [*rows_for(range(3)), (NOT_FOUND, "Ghost", ORG), ("has space", "Bad", ORG)]
+    warehouse.replace_table("targets", COLUMNS, source)
+    first = sync(warehouse, list_id, "run_1", max_rejected=None)
+    assert (first["added"], first["not_found"], first["rejected"]) == (3, 1, 1)
+    reasons = dict(
+        warehouse.query(f"SELECT account_id, reason FROM {warehouse.name('abm_sync_rejects')} ORDER BY 1")
+    )
+    assert reasons[NOT_FOUND].startswith("not found")
+    assert "whitespace" in reasons["has space"]
+
+    clear_requests(abm)
+    second = sync(warehouse, list_id, "run_2", max_rejected=0)
+    assert (second["to_add"], second["not_found"], second["rejected"], second["held"]) == (0, 0, 0, 2)
+    assert membership_requests(abm) == {"add": 0, "remove": 0}
+
+    # A corrected value is a change: the row is sent again.
+    source[3] = (NOT_FOUND, "Ghost, renamed", ORG)
+    warehouse.replace_table("targets", COLUMNS, source)
+    clear_requests(abm)
+    third = sync(warehouse, list_id, "run_3", max_rejected=0)
+    assert (third["to_add"], third["not_found"], third["held"]) == (1, 1, 1)
+    assert membership_requests(abm) == {"add": 1, "remove": 0}
+    assert member_ids(abm, list_id) == {account_id(n) for n in range(3)}
+
+
+def test_too_many_invalid_rows_send_and_record_nothing(abm: Any, warehouse: Warehouse) -> None:
+    list_id = make_list()
+    warehouse.replace_table(
+        "targets", COLUMNS, [*rows_for(range(10)), ("bad 1", "x", ORG), ("bad 2", "y", ORG)]
+    )
+    for run_id in ("run_1", "run_2"):  # nothing recorded, so the next run fails the same way
+        with pytest.raises(TooManyRejects, match="2 of 12"):
+            sync(warehouse, list_id, run_id, max_rejected=1)
+    assert member_ids(abm, list_id) == set()
+    assert state_ids(warehouse, list_id) == set()
+    assert sync(warehouse, list_id, "run_3", max_rejected=0.2)["added"] == 10
+
+
+def test_an_add_answered_503_after_it_took_effect_converges_on_a_rerun(
+    abm: Any, warehouse: Warehouse, monkeypatch: Any
+) -> None:
+    from abm_provider.sync import engine
+
+    list_id = make_list()
+    warehouse.replace_table("targets", COLUMNS, rows_for(range(2500)))
+    original = engine.ListSync._record_added
+
+    def record_then_fault(self: Any, *args: Any) -> None:
+        original(self, *args)
+        # The next add request takes effect, then is answered 503.
+        abm.inject_fault(
+            origin="api", method="POST", path=r".*/accounts/add", kind="status", status=503, when="after"
+        )
+        monkeypatch.setattr(engine.ListSync, "_record_added", original)
+
+    monkeypatch.setattr(engine.ListSync, "_record_added", record_then_fault)
+    with pytest.raises(Exception, match="503"):
+        sync(warehouse, list_id, "run_1", max_in_flight=1)
+    # The failed batch reached the list; the state recorded only the batch answered before it.
+    assert len(member_ids(abm, list_id)) == 2000
+    assert len(state_ids(warehouse, list_id)) == 1000
+    clear_requests(abm)
+    retried = sync(warehouse, list_id, "run_1", max_in_flight=1)
+    assert (retried["added"], retried["duplicates"]) == (2500 - 1000, 1000)
+    assert member_ids(abm, list_id) == state_ids(warehouse, list_id) == {account_id(n) for n in range(2500)}
+    # The retry resumed after the recorded batch: two requests, not three.
+    assert membership_requests(abm)["add"] == 2
+
+
+def test_an_edit_during_a_run_is_sent_by_the_next_run(
+    abm: Any, warehouse: Warehouse, monkeypatch: Any
+) -> None:
+    from abm_provider.sync import engine
+
+    list_id = make_list()
+    warehouse.replace_table("targets", COLUMNS, rows_for(range(10)))
+    original = engine.ListSync._send_run
+
+    def edit_then_send(self: Any, run: Any) -> None:
+        # Through the sync's own connection: DuckDB allows one configuration per file in a process.
+        for row in rows_for(range(10, 12)):
+            self.db.execute(f"INSERT INTO {warehouse.name('targets')} VALUES (?, ?, ?)", row)
+        self.db.conn.commit()
+        original(self, run)
+
+    monkeypatch.setattr(engine.ListSync, "_send_run", edit_then_send)
+    first = sync(warehouse, list_id, "run_1")
+    monkeypatch.setattr(engine.ListSync, "_send_run", original)
+    assert first["added"] == 10
+    assert member_ids(abm, list_id) == state_ids(warehouse, list_id) == {account_id(n) for n in range(10)}
+    second = sync(warehouse, list_id, "run_2")
+    assert second["added"] == 2
+    assert member_ids(abm, list_id) == {account_id(n) for n in range(12)}
