@@ -1,6 +1,6 @@
 """`make bench`: the provider against the ceiling and against what users write by hand.
 
-Four sections, each against a real emulator process on free loopback ports (issue 8):
+Five sections, each against a real emulator process on free loopback ports (issue 8):
 
 1. ``export``: a TACTIC_PERFORMANCE export downloaded and loaded into DuckDB and PostgreSQL by
    ``DownloadExecutionCsvOperator`` + ``ExecutionCsvToSqlOperator``, beside the ceiling (``curl`` to a
@@ -12,19 +12,25 @@ Four sections, each against a real emulator process on free loopback ports (issu
    beside one poke-mode sensor process (what each of N worker slots would hold).
 4. ``startup``: import time of ``abm_provider`` on top of ``airflow.sdk``, and parse time of each DAG
    file in ``dags/``.
+5. ``sync``: ``AccountListSyncOperator`` keeping a list in step with a 1,000,000-row table, state tables
+   beside it (DuckDB, then PostgreSQL): the first run into an empty list, then, after 1% of the rows
+   changed (half left, as many new ones joined), the second run; time and peak RSS of each side by side.
 
 Every measured case runs in its own child process (``scripts/bench_cases.py``) so that its peak RSS
 (``VmHWM``) and CPU time are its own, and each figure is the median of ``--runs`` runs, the pairs
-interleaved run by run. A table is printed and written as JSON and Markdown to ``--output-dir``.
+interleaved run by run (the sync's two runs: ``--sync-runs`` repetitions, 1 by default, as one
+takes minutes at full size). A table is printed and written as JSON and Markdown to ``--output-dir``.
 A benchmark, not a test: targets missed are reported, the exit status is 0 unless a case fails.
 
-    .venv/bin/python scripts/bench.py                   # full sizes (1 GiB / 4 GiB, 200k / 1M, 1000)
+    .venv/bin/python scripts/bench.py                   # full sizes (1 GiB / 4 GiB, 200k / 1M, 1000, 1M)
     .venv/bin/python scripts/bench.py --quick           # small sizes, about 2 minutes
     .venv/bin/python scripts/bench.py --only export --runs 5
+    .venv/bin/python scripts/bench.py --only sync       # the list sync alone, about 5 minutes
 
 Needs ``curl``, ``psql`` and a PostgreSQL server: ``ABM_BENCH_PG_URL`` (default
 ``postgresql://postgres@127.0.0.1:5432``); the suite creates database ``ABM_BENCH_PG_DATABASE``
-(default ``abm_bench``) there and drops only its own ``bench_*`` tables and the load ledger in it.
+(default ``abm_bench``) there and drops only its own ``bench_*`` tables, the load ledger and the
+sync's ``abm_sync_*`` state tables in it.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from measure_storage import parse_size
 
 MiB = 1 << 20
 EXPORT_TYPE = "TACTIC_PERFORMANCE"
-SECTIONS = ("export", "lists", "waiting", "startup")
+SECTIONS = ("export", "lists", "waiting", "startup", "sync")
 # The PostgreSQL server (no database part); the suite creates and uses its own database on it.
 PG_SERVER = urlsplit(os.environ.get("ABM_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432"))
 PG_DATABASE = os.environ.get("ABM_BENCH_PG_DATABASE", "abm_bench")
@@ -63,11 +69,14 @@ ABM_CONN = "abm_default"
 DUCKDB_CONN = "bench_duckdb"
 ACCOUNTS_CONN = "bench_accounts"
 POSTGRES_CONN = "bench_postgres"
+SYNC_DUCKDB_CONN = "bench_sync_duckdb"
+# The part of the sync's source that changes between its first and second run.
+SYNC_CHANGED = 0.01
 LEDGER_TABLE = "abm_load_ledger"
 
 
 class Section(Protocol):
-    """One of the four parts of the suite: runs its cases, then adds rows and checks to the bench."""
+    """One of the five parts of the suite: runs its cases, then adds rows and checks to the bench."""
 
     def run(self) -> None: ...
 
@@ -83,17 +92,20 @@ class Sizes:
     triggers: int
     poll_interval: float
     poll_rounds: int
+    sync_rows: int
 
 
-FULL = Sizes(2**30, 4 * 2**30, 100 * MiB, (200_000, 1_000_000), 1000, 10.0, 3)
-QUICK = Sizes(20 * MiB, 80 * MiB, 5 * MiB, (5_000,), 50, 1.0, 3)
+FULL = Sizes(2**30, 4 * 2**30, 100 * MiB, (200_000, 1_000_000), 1000, 10.0, 3, 1_000_000)
+QUICK = Sizes(20 * MiB, 80 * MiB, 5 * MiB, (5_000,), 50, 1.0, 3, 20_000)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="small sizes (20 MiB, 5k accounts, 50 triggers)")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes (20 MiB, 5k accounts, 50 triggers, 20k sync rows)"
+    )
     parser.add_argument(
         "--only", action="append", choices=SECTIONS, help="run only this section (repeatable)"
     )
@@ -108,6 +120,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--accounts", type=int, action="append", help="accounts to sync (repeatable)")
     parser.add_argument("--triggers", type=int, default=None, help="concurrent triggers (default 1000)")
+    parser.add_argument(
+        "--sync-rows", type=int, default=None, help="source rows of the list sync (default 1000000)"
+    )
+    parser.add_argument(
+        "--sync-runs", type=int, default=1, help="repetitions of the list sync's first + second run"
+    )
     parser.add_argument("--poll-interval", type=float, default=None, help="trigger poll interval, seconds")
     parser.add_argument("--duckdb-memory-limit", default="256MB", help="DuckDB memory_limit for the loads")
     parser.add_argument("--duckdb-threads", type=int, default=None, help="DuckDB threads (default: DuckDB's)")
@@ -129,6 +147,7 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
         triggers=args.triggers or base.triggers,
         poll_interval=args.poll_interval or base.poll_interval,
         poll_rounds=base.poll_rounds,
+        sync_rows=args.sync_rows or base.sync_rows,
     )
 
 
@@ -791,6 +810,236 @@ class StartupSection:
             bench.checks.append(limit_check("startup", f"parse dags/{path.name}", fig["seconds"], 0.5, "s"))
 
 
+# ---------------------------------------------------------------------------------------- section 5
+
+SYNC_WAREHOUSES = (("duckdb", "DuckDB"), ("postgres", "PostgreSQL"))
+SYNC_STATE_TABLES = tuple(
+    f"{bench_cases.SYNC_STATE_PREFIX}{name}" for name in ("members", "plan", "rejects", "runs")
+)
+# The emulator's request log keeps this many requests; past it, a run's request count is a floor.
+REQUEST_LOG_SIZE = 5000
+
+
+def account_id_sql(number: str) -> str:
+    """An account id the emulator knows (``001`` and 15 digits), in SQL both DuckDB and PostgreSQL run."""
+    return f"'001' || lpad(CAST({number} AS VARCHAR), 15, '0')"
+
+
+def sync_rows_sql(first: int, last: int) -> str:
+    """Source rows for accounts ``first`` to ``last`` (inclusive)."""
+    return (
+        f"SELECT {account_id_sql('i')} AS account_id, 'Account ' || CAST(i AS VARCHAR) AS account_name, "
+        f"'{bench_cases.ORG_ID}' AS crm_org_id FROM generate_series({first}, {last}) AS t(i)"
+    )
+
+
+def sync_figures(run: dict[str, Any]) -> dict[str, float]:
+    seconds = max(run["seconds"], 1e-9)
+    figures = {
+        "seconds": run["seconds"],
+        "peak_rss_mib": mib(run["peak_rss_kib"]),
+        "rows_per_s": run["source_rows"] / seconds,
+        "cpu_seconds": run["cpu_seconds_total"],
+        "requests": float(run["requests"]),
+        "accounts_sent": float(run["accounts_sent"]),
+    }
+    for key in ("source_rows", "to_add", "to_remove", "added", "removed", "duplicates", "not_found"):
+        figures[key] = float(run[key])
+    for key in ("plan_seconds", "send_seconds"):
+        if key in run:
+            figures[key] = run[key]
+    return figures
+
+
+class SyncSection:
+    """Section 5: AccountListSyncOperator over N source rows into an empty list, then after 1% changed.
+
+    Each repetition starts from nothing: a new source table, no state tables, a new list. The first
+    run sends every row. Then half of the 1% leaves the source and as many new accounts join it, and
+    the second run, in a fresh process of its own, plans against the recorded state and sends only
+    that change. Source and state tables share one connection: a DuckDB file, or the bench database
+    on PostgreSQL. The emulator's request log gives the number of add and remove requests.
+    """
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.duckdb_path = str(bench.work / "sync.duckdb")
+        bench.set_conn(SYNC_DUCKDB_CONN, {"conn_type": "duckdb", "host": self.duckdb_path})
+        self.count = bench.sizes.sync_rows
+        # Leavers are every ``step``-th account; joiners are new accounts numbered after the last.
+        self.half = max(round(self.count * SYNC_CHANGED / 2), 1)
+        self.step = max(self.count // self.half, 1)
+
+    def sql(self, warehouse: str, *statements: str) -> None:
+        if warehouse == "postgres":
+            psql(PG_DSN, *statements)
+            return
+        import duckdb
+
+        with duckdb.connect(self.duckdb_path) as con:
+            for statement in statements:
+                con.execute(statement)
+
+    def clean(self, warehouse: str) -> None:
+        """No source table and no state tables: a repetition starts from nothing."""
+        if warehouse == "postgres":
+            psql(PG_DSN, f"DROP TABLE IF EXISTS {bench_cases.SYNC_TABLE}, {', '.join(SYNC_STATE_TABLES)}")
+        else:
+            Path(self.duckdb_path).unlink(missing_ok=True)
+            Path(self.duckdb_path + ".wal").unlink(missing_ok=True)
+
+    def seed(self, warehouse: str) -> None:
+        self.clean(warehouse)
+        self.sql(warehouse, f"CREATE TABLE {bench_cases.SYNC_TABLE} AS {sync_rows_sql(0, self.count - 1)}")
+
+    def change(self, warehouse: str) -> None:
+        """Delete ``half`` rows spread over the table and insert ``half`` accounts it never had."""
+        table = bench_cases.SYNC_TABLE
+        leavers = (
+            f"SELECT {account_id_sql(f'i * {self.step}')} FROM generate_series(0, {self.half - 1}) AS t(i)"
+        )
+        self.sql(
+            warehouse,
+            f"DELETE FROM {table} WHERE account_id IN ({leavers})",
+            f"INSERT INTO {table} {sync_rows_sql(self.count, self.count + self.half - 1)}",
+        )
+
+    def fresh_list(self, emulator: Any) -> str:
+        """Forget earlier runs' members (the emulator keeps them in memory), then a new empty list."""
+        from abm_provider.hooks.abm import AbmHook
+
+        emulator.reset()
+        hook = AbmHook(ABM_CONN)
+        folder = hook.ensure_folder("Bench")
+        listed = hook.ensure_list("Bench sync", folder["folderId"])
+        hook.close()
+        return str(listed["listId"])
+
+    def sync(self, emulator: Any, warehouse: str, list_id: str, run_id: str) -> dict[str, Any]:
+        """One sync run in its own process, with the add and remove requests the emulator saw."""
+        emulator.admin("DELETE", "/_admin/requests")
+        params = {
+            "list_id": list_id,
+            "run_id": run_id,
+            "conn_id": SYNC_DUCKDB_CONN if warehouse == "duckdb" else POSTGRES_CONN,
+            "max_in_flight": 2,
+        }
+        result = self.bench.run_case("account_list_sync", params)
+        seen = emulator.requests_seen()
+        result["requests"] = sum(
+            1
+            for r in seen
+            if r["method"] == "POST" and r["path"].endswith(("/accounts/add", "/accounts/remove"))
+        )
+        result["requests_complete"] = len(seen) < REQUEST_LOG_SIZE
+        result["accounts_sent"] = result["to_add"] + result["to_remove"]
+        return result
+
+    def expect(self, run: dict[str, Any], which: str, add: int, remove: int) -> None:
+        """The runs must have planned and sent exactly the change, or their figures mean nothing."""
+        got = (run["to_add"], run["to_remove"], run["added"], run["removed"], run["state_count"])
+        want = (add, remove, add, remove, self.count)
+        if got != want:
+            raise RuntimeError(
+                f"sync {which} run: to_add, to_remove, added, removed, state_count = {got}, expected {want}"
+            )
+
+    def run(self) -> None:
+        bench, repeats = self.bench, self.bench.args.sync_runs
+        ensure_pg_database()
+        log(
+            f"sync: {self.count:,} source rows, then {SYNC_CHANGED:.0%} changed (-{self.half:,} "
+            f"+{self.half:,}), {repeats} runs each"
+        )
+        with bench.emulator() as emulator:
+            for warehouse, label in SYNC_WAREHOUSES:
+                runs: dict[str, list[dict[str, Any]]] = {"first": [], "second": []}
+                try:
+                    for number in range(1, repeats + 1):
+                        list_id = self.fresh_list(emulator)
+                        self.seed(warehouse)
+                        first = self.sync(emulator, warehouse, list_id, "bench_run_1")
+                        self.expect(first, "first", self.count, 0)
+                        self.change(warehouse)
+                        second = self.sync(emulator, warehouse, list_id, "bench_run_2")
+                        self.expect(second, "second", self.half, self.half)
+                        runs["first"].append(first)
+                        runs["second"].append(second)
+                        log(
+                            f"  run {number}/{repeats} {warehouse:<8} first {first['seconds']:6.1f} s, "
+                            f"peak RSS {mib(first['peak_rss_kib']):4.0f} MiB; second "
+                            f"{second['seconds']:6.1f} s, peak RSS {mib(second['peak_rss_kib']):4.0f} MiB"
+                        )
+                finally:
+                    self.clean(warehouse)
+                # Reported per warehouse, so that a failure on the second keeps the first's figures.
+                self.report(label, runs)
+
+    def report(self, label: str, runs: dict[str, list[dict[str, Any]]]) -> None:
+        bench, count, half = self.bench, self.count, self.half
+        first = median_figures(runs["first"], sync_figures)
+        second = median_figures(runs["second"], sync_figures)
+        complete = all(r["requests_complete"] for r in runs["first"] + runs["second"])
+        for which, size, fig, raw in (
+            ("run 1, empty list", f"{count:,} rows", first, runs["first"]),
+            (
+                f"run 2, {SYNC_CHANGED:.0%} changed",
+                f"{count:,} rows, -{half:,} +{half:,}",
+                second,
+                runs["second"],
+            ),
+        ):
+            requests = f"{fig['requests']:,.0f}" if complete else f">= {fig['requests']:,.0f}"
+            notes = (
+                f"to_add {fig['to_add']:,.0f}, to_remove {fig['to_remove']:,.0f}; added {fig['added']:,.0f}, "
+                f"removed {fig['removed']:,.0f}; {fig['accounts_sent']:,.0f} accounts in {requests} requests"
+            )
+            if "plan_seconds" in fig and "send_seconds" in fig:
+                notes = f"plan {fig['plan_seconds']:.1f} s + send {fig['send_seconds']:.1f} s; {notes}"
+            bench.rows.append(
+                Row(
+                    "sync",
+                    f"AccountListSyncOperator -> {label}, {which}",
+                    size,
+                    f"{human_count(fig['rows_per_s'])} source rows/s",
+                    f"{fig['peak_rss_mib']:.0f} MiB",
+                    f"{fig['seconds']:.1f} s",
+                    notes,
+                    fig,
+                    raw,
+                )
+            )
+        bench.checks.append(
+            Check(
+                "sync",
+                f"{label}: run 2 / run 1 time",
+                f"{second['seconds'] / first['seconds']:.3f}x ({second['seconds']:.1f} s vs "
+                f"{first['seconds']:.1f} s)",
+                "-",
+                None,
+            )
+        )
+        bench.checks.append(
+            Check(
+                "sync",
+                f"{label}: run 2 / run 1 peak RSS",
+                f"{second['peak_rss_mib'] / first['peak_rss_mib']:.2f}x ({second['peak_rss_mib']:.0f} MiB "
+                f"vs {first['peak_rss_mib']:.0f} MiB)",
+                "-",
+                None,
+            )
+        )
+        bench.checks.append(
+            Check(
+                "sync",
+                f"{label}: accounts sent by run 2",
+                f"{second['accounts_sent']:,.0f} of {count:,} rows ({second['accounts_sent'] / count:.1%})",
+                "-",
+                None,
+            )
+        )
+
+
 # ---------------------------------------------------------------------------------------- main
 
 
@@ -842,6 +1091,7 @@ def main(argv: list[str] | None = None) -> int:
             "lists": ListSection,
             "waiting": WaitingSection,
             "startup": StartupSection,
+            "sync": SyncSection,
         }
         failed = [
             name for name in SECTIONS if name in sections and not run_section(bench, name, classes[name])
@@ -860,6 +1110,9 @@ def main(argv: list[str] | None = None) -> int:
         "accounts": ",".join(str(a) for a in sizes.accounts),
         "triggers": sizes.triggers,
         "poll_interval_s": sizes.poll_interval,
+        "sync_rows": sizes.sync_rows,
+        "sync_runs": args.sync_runs,
+        "sync_changed": f"{SYNC_CHANGED:.0%}",
         "duckdb_memory_limit": args.duckdb_memory_limit,
         "duckdb_threads": args.duckdb_threads or "default",
         "elapsed_s": round(time.monotonic() - started, 1),

@@ -72,7 +72,7 @@ def seed_target_accounts(path: Path, count: int) -> None:
         if i % 250 == 7:
             account_id = f"001 BAD {i}"  # whitespace in the id: refused before sending
         elif i % 500 == 11:
-            account_id, org = f"001{i:015d}", None  # no CRM org: refused before sending
+            account_id, org = f"001{i:015d}", None  # no CRM org: sent by id alone, the service fills it
         elif i % 100 == 3:
             account_id = f"002{i:015d}"  # well formed but not an account id: reported not found
         else:
@@ -105,7 +105,7 @@ def sync_results() -> list[dict[str, int]]:
     """Each sync run's counts, as its last task returned them (read from Airflow's SQLite database)."""
     with closing(sqlite3.connect(STATE / "airflow" / "airflow.db")) as con:
         rows = con.execute(
-            "SELECT value FROM xcom WHERE dag_id = 'abm_sync_account_lists' AND task_id = 'record_changes' "
+            "SELECT value FROM xcom WHERE dag_id = 'abm_sync_account_lists' AND task_id = 'sync_list' "
             "AND key = 'return_value' ORDER BY timestamp"
         ).fetchall()
     results = [json.loads(r[0]) if isinstance(r[0], str) else r[0] for r in rows]
@@ -139,9 +139,9 @@ def summarize(emulator: RunningEmulator) -> None:
             "SELECT execution_id, rows_loaded, rows_rejected FROM abm_load_ledger "
             "ORDER BY loaded_at DESC LIMIT 1"
         ).fetchone()
-        members = con.execute("SELECT list_id, COUNT(*) FROM abm_list_membership GROUP BY 1").fetchone()
+        members = con.execute("SELECT list_id, COUNT(*) FROM abm_sync_members GROUP BY 1").fetchone()
         rejects = con.execute(
-            "SELECT reason, COUNT(*) FROM abm_list_rejects GROUP BY reason ORDER BY 2 DESC"
+            "SELECT reason, COUNT(*) FROM abm_sync_rejects GROUP BY reason ORDER BY 2 DESC"
         ).fetchall()
     on_list = len(emulator.members(members[0])) if members else 0
     print()
@@ -160,13 +160,12 @@ def summarize(emulator: RunningEmulator) -> None:
     print("Account list sync (abm_sync_account_lists):")
     for number, result in enumerate(sync_results(), start=1):
         print(
-            f"  run {number}: {result['added']} added, {result['duplicates']} duplicate, "
-            f"{result['not_found']} not found, {result['rejected']} rejected, {result['removed']} removed"
+            f"  run {number}: planned {result['to_add']} to add and {result['to_remove']} to remove; "
+            f"{result['added']} added, {result['duplicates']} duplicate, {result['not_found']} not found, "
+            f"{result['rejected']} rejected, {result['removed']} removed, {result['held']} held back"
         )
-    print(
-        f"  abm_list_membership: {members[1] if members else 0} accounts; the service's list holds {on_list}"
-    )
-    print("  abm_list_rejects (not sent again until the row changes):")
+    print(f"  abm_sync_members: {members[1] if members else 0} accounts; the service's list holds {on_list}")
+    print("  abm_sync_rejects (not sent again until the row changes):")
     for reason, count in rejects:
         print(f"    {count:>5}  {textwrap.shorten(reason, 100, placeholder=' ...')}")
     print(f"Downloaded exports and rejects files: {FILES}")

@@ -460,8 +460,8 @@ def check_warehouse(failures: list[str]) -> int:
             "SELECT COUNT(*), COUNT(DISTINCT (date, tactic_id)), COUNT(DISTINCT date) "
             "FROM abm_tactic_performance"
         ).fetchone() or (0, 0, 0)
-        members = int((conn.execute("SELECT COUNT(*) FROM abm_list_membership").fetchone() or (0,))[0])
-        rejects = int((conn.execute("SELECT COUNT(*) FROM abm_list_rejects").fetchone() or (0,))[0])
+        members = int((conn.execute("SELECT COUNT(*) FROM abm_sync_members").fetchone() or (0,))[0])
+        rejects = int((conn.execute("SELECT COUNT(*) FROM abm_sync_rejects").fetchone() or (0,))[0])
     check(
         rows > 0 and rows == keys,
         f"warehouse abm_tactic_performance: {rows} rows over {days} days, one per (date, tactic_id)",
@@ -470,7 +470,7 @@ def check_warehouse(failures: list[str]) -> int:
     bad = sum(1 for row in target_rows() if row[0].startswith("BAD"))
     check(
         rejects == bad,
-        f"warehouse abm_list_rejects: {rejects} rows for the {bad} malformed target ids",
+        f"warehouse abm_sync_rejects: {rejects} rows for the {bad} malformed target ids",
         failures,
     )
     return members

@@ -22,9 +22,10 @@ TABLES = (
     "abm_tactic_performance",
     "abm_load_ledger",
     "abm_target_accounts",
-    "abm_list_membership",
-    "abm_list_rejects",
-    "abm_list_changes",
+    "abm_sync_members",
+    "abm_sync_plan",
+    "abm_sync_rejects",
+    "abm_sync_runs",
 )
 
 

@@ -188,7 +188,7 @@ def test_both_example_dags_leave_the_key_nowhere(
     assert set(sync_states.values()) == {"success"}, sync_states
     assert emulator.admin("GET", "/_admin/faults")["faults"] == [], "every injected fault fired"
     assert _table_count(warehouse, "abm_tactic_performance") > 0
-    assert _table_count(warehouse, "abm_list_membership") == 40
+    assert _table_count(warehouse, "abm_sync_members") == 40
 
     errors = _operator_errors(emulator, tmp_path)
     captured = capfd.readouterr()

@@ -282,3 +282,18 @@ def test_an_edit_during_a_run_is_sent_by_the_next_run(
     second = sync(warehouse, list_id, "run_2")
     assert second["added"] == 2
     assert member_ids(abm, list_id) == {account_id(n) for n in range(12)}
+
+
+def test_lineage_names_the_source_table_in_and_the_list_out(abm: Any, warehouse: Warehouse) -> None:
+    list_id = make_list()
+    warehouse.replace_table("targets", COLUMNS, rows_for(range(2)))
+    task = operator(warehouse, list_id)
+    task.execute(context("run_1"))
+    lineage = task.get_openlineage_facets_on_complete(None)
+    assert [d.name for d in lineage.inputs] == [
+        f"{warehouse.schema or 'main'}.targets"
+        if warehouse.kind == "duckdb"
+        else f"abm_synctest.{warehouse.name('targets')}"
+    ]
+    assert [d.name for d in lineage.outputs] == [f"accountLists/{list_id}"]
+    assert lineage.outputs[0].namespace.startswith("abm://127.0.0.1:")

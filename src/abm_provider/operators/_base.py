@@ -23,6 +23,12 @@ if TYPE_CHECKING:
     from abm_provider.hooks.abm import AbmHook
 
 
+#: How the UI renders the templated source of the account-list operators.
+ACCOUNT_SOURCE_RENDERERS: dict[str, str] = {"sql": "sql", "parameters": "json", "column_map": "json"}
+#: The account-list membership operators' colour in the UI.
+ACCOUNT_LISTS_COLOR = "#fce8e6"
+
+
 class AbmHookSettings:
     """The connection and request settings of an ABM task, and the hook made from them.
 

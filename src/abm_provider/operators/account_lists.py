@@ -38,7 +38,7 @@ from abm_provider.accounts import (
     open_file_source,
 )
 from abm_provider.exceptions import AbmApiError
-from abm_provider.operators._base import AbmBaseOperator
+from abm_provider.operators._base import ACCOUNT_LISTS_COLOR, ACCOUNT_SOURCE_RENDERERS, AbmBaseOperator
 from abm_provider.rejects import (
     Limit,
     RejectsWriter,
@@ -262,12 +262,8 @@ class _ListMembershipOperator(AbmBaseOperator):
         "rejects_base",
     )
     template_ext: Sequence[str] = (".sql",)
-    template_fields_renderers: ClassVar[dict[str, str]] = {
-        "sql": "sql",
-        "parameters": "json",
-        "column_map": "json",
-    }
-    ui_color = "#fce8e6"
+    template_fields_renderers: ClassVar[dict[str, str]] = ACCOUNT_SOURCE_RENDERERS
+    ui_color = ACCOUNT_LISTS_COLOR
 
     #: Verb used in logs and messages.
     action: ClassVar[str] = ""

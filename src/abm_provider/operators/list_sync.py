@@ -23,7 +23,8 @@ from abm_provider.accounts import (
     normalise_column_map,
     open_file_source,
 )
-from abm_provider.operators._base import AbmBaseOperator
+from abm_provider.lineage import table_dataset
+from abm_provider.operators._base import ACCOUNT_LISTS_COLOR, ACCOUNT_SOURCE_RENDERERS, AbmBaseOperator
 from abm_provider.rejects import check_limit
 from abm_provider.sync.database import StateDatabase, sql_hook
 from abm_provider.sync.engine import MODES, ListSync, Mode, SyncOptions
@@ -39,7 +40,10 @@ from abm_provider._inflight import check_in_flight
 
 
 def _templated(value: object) -> bool:
-    return isinstance(value, str) and "{{" in value
+    """Whether a value is only known at run time (a Jinja template or an XComArg), so not checked yet."""
+    from airflow.sdk.definitions._internal.mixins import ResolveMixin
+
+    return (isinstance(value, str) and "{{" in value) or isinstance(value, ResolveMixin)
 
 
 def _as_bool(value: Any, name: str) -> bool:
@@ -113,12 +117,8 @@ class AccountListSyncOperator(AbmBaseOperator):
         "default_crm_org_id",
     )
     template_ext: Sequence[str] = (".sql",)
-    template_fields_renderers: ClassVar[dict[str, str]] = {
-        "sql": "sql",
-        "parameters": "json",
-        "column_map": "json",
-    }
-    ui_color = "#fce8e6"
+    template_fields_renderers: ClassVar[dict[str, str]] = ACCOUNT_SOURCE_RENDERERS
+    ui_color = ACCOUNT_LISTS_COLOR
 
     def __init__(
         self,
@@ -297,10 +297,8 @@ class AccountListSyncOperator(AbmBaseOperator):
             return None
         inputs = []
         if self.table and self.sql_conn_id:
-            from abm_provider.transfers.csv_to_sql import _ol_table
-
             with suppress(Exception):
-                namespace, name = _ol_table(
+                namespace, name = table_dataset(
                     sql_hook(self.sql_conn_id, "sql_conn_id"), TableName.parse(self.table)
                 )
                 inputs.append(Dataset(namespace=namespace, name=name))
@@ -323,10 +321,8 @@ def _sql_inputs(sql: str, conn_id: str) -> list[Any]:
     found: list[Any] = []
     with suppress(Exception):
         hook = sql_hook(conn_id, "sql_conn_id")
-        from abm_provider.transfers.csv_to_sql import _ol_table
-
         for table in parse([sql]).in_tables:
             name = TableName(table.schema or None, table.name)
-            namespace, qualified = _ol_table(hook, name)
+            namespace, qualified = table_dataset(hook, name)
             found.append(Dataset(namespace=namespace, name=qualified))
     return found

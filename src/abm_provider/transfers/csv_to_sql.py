@@ -17,13 +17,13 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseHook, BaseOperator, ObjectStoragePath
 from airflow.sdk.exceptions import AirflowFailException
 
+from abm_provider.lineage import table_dataset
 from abm_provider.rejects import Limit, check_limit, default_rejects_path
 from abm_provider.warehouse import LoadRequest, Method, SchemaMismatch, loader_for
 from abm_provider.warehouse.ledger import DEFAULT_LEDGER_TABLE
@@ -286,7 +286,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
             return None
         info = self._lineage
         table: TableName = info["table"]
-        namespace, name = _ol_table(info["hook"], table)
+        namespace, name = table_dataset(info["hook"], table)
         fields = [
             schema_dataset.SchemaDatasetFacetFields(name=column, type=kind.sql_type)
             for column, kind in info["schema"].columns
@@ -303,29 +303,6 @@ class ExecutionCsvToSqlOperator(BaseOperator):
             },
         )
         return OperatorLineage(inputs=[Dataset(namespace="file", name=info["path"])], outputs=[output])
-
-
-def _ol_table(hook: Any, table: TableName) -> tuple[str, str]:
-    """OpenLineage namespace and name of the table, from the hook's own database info when it has any."""
-    connection = None
-    with suppress(Exception):
-        connection = hook.get_connection(hook.get_conn_id())
-    info = None
-    with suppress(Exception):
-        info = hook.get_openlineage_database_info(connection) if connection is not None else None
-    schema = table.schema
-    if schema is None:
-        with suppress(Exception):
-            schema = hook.get_openlineage_default_schema()
-    if info is not None:
-        parts = [p for p in (info.database, schema or "public", table.name) if p]
-        return f"{info.scheme}://{info.authority}", ".".join(parts)
-    conn_type = str(getattr(hook, "conn_type", "") or "sql")
-    if conn_type == "duckdb":
-        with suppress(Exception):
-            return f"duckdb://{hook.get_database()}", f"{schema or 'main'}.{table.name}"
-    host = getattr(connection, "host", None) or getattr(hook, "get_conn_id", lambda: "default")()
-    return f"{conn_type}://{host}", f"{schema}.{table.name}" if schema else table.name
 
 
 def _sha256(path: Path) -> str:

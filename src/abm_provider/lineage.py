@@ -1,0 +1,34 @@
+"""OpenLineage names of warehouse tables, shared by the loader (its output) and the list sync (its input)."""
+
+from __future__ import annotations
+
+from contextlib import suppress
+from typing import Any
+
+from abm_provider.warehouse import dialect_of
+from abm_provider.warehouse.schema import TableName
+
+
+def table_dataset(hook: Any, table: TableName) -> tuple[str, str]:
+    """OpenLineage namespace and name of the table, from the hook's own database info when it has any."""
+    connection = None
+    with suppress(Exception):
+        connection = hook.get_connection(hook.get_conn_id())
+    info = None
+    with suppress(Exception):
+        info = hook.get_openlineage_database_info(connection) if connection is not None else None
+    schema = table.schema
+    if schema is None and dialect_of(hook) == "duckdb":
+        schema = "main"  # the common-sql default answers "public", which DuckDB does not have
+    if schema is None:
+        with suppress(Exception):
+            schema = hook.get_openlineage_default_schema()
+    if info is not None:
+        parts = [p for p in (info.database, schema or "public", table.name) if p]
+        return f"{info.scheme}://{info.authority}", ".".join(parts)
+    conn_type = str(getattr(hook, "conn_type", "") or "sql")
+    if conn_type == "duckdb":
+        with suppress(Exception):
+            return f"duckdb://{hook.get_database()}", f"{schema or 'main'}.{table.name}"
+    host = getattr(connection, "host", None) or getattr(hook, "get_conn_id", lambda: "default")()
+    return f"{conn_type}://{host}", f"{schema}.{table.name}" if schema else table.name

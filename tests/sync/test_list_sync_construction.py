@@ -1,0 +1,57 @@
+"""``AccountListSyncOperator`` refuses bad arguments when the DAG is parsed, naming the argument."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from airflow.sdk import DAG
+from airflow.sdk.exceptions import AirflowFailException
+
+from abm_provider.operators.account_lists import AccountListSyncOperator, CreateAccountListOperator
+from abm_provider.transfers.csv_to_sql import warehouse_asset
+
+GOOD: dict[str, Any] = {"task_id": "sync", "list_id": "list-1", "table": "targets", "sql_conn_id": "wh"}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"table": None}, "exactly one source"),
+        ({"sql": "SELECT 1"}, "exactly one source"),
+        ({"sql_conn_id": None}, "table needs sql_conn_id"),
+        ({"table": None, "accounts_path": "a.csv", "sql_conn_id": None}, "accounts_path needs state_conn_id"),
+        ({"table": "a.b.c"}, "table 'a.b.c'"),
+        ({"mode": "sync"}, "mode must be one of"),
+        ({"dry_run": "maybe"}, "dry_run must be True or False"),
+        ({"max_rejected": 1.5}, "max_rejected as a fraction"),
+        ({"max_rejected": -1}, "max_rejected must not be negative"),
+        ({"state_table_prefix": "abm sync"}, "state_table_prefix"),
+        ({"state_schema": "bad-schema"}, "state_schema"),
+        ({"column_map": {"idd": "x"}}, "column_map has unknown keys"),
+        ({"batch_size": 1001}, "batch_size must be between 1 and 1000"),
+        ({"max_in_flight": 9}, "max_in_flight must be between 1 and 8"),
+        ({"list_id": "../folders"}, "list_id"),
+        ({"default_crm_type": "HUBSPOT"}, "default_crm_type"),
+    ],
+)
+def test_bad_arguments_fail_at_parse_time(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        AccountListSyncOperator(**{**GOOD, **changes})
+
+
+def test_templates_and_xcom_args_are_checked_when_rendered() -> None:
+    with DAG("d", schedule=None):
+        ensure = CreateAccountListOperator(task_id="ensure", list_name="L", folder_id="f")
+        task = AccountListSyncOperator(
+            **{**GOOD, "list_id": ensure.output["list_id"], "mode": "{{ params.m }}", "dry_run": "{{ x }}"}
+        )
+    assert task.upstream_task_ids == {"ensure"}
+    task.mode, task.preview, task.list_id = "mirror", "nope", "list-1"
+    with pytest.raises(AirflowFailException, match="dry_run must be True or False"):
+        task._options({"run_id": "r"})
+
+
+def test_a_table_source_is_the_task_s_inlet_so_dags_can_schedule_on_it() -> None:
+    task = AccountListSyncOperator(**GOOD)
+    assert task.inlets == [warehouse_asset("wh", "targets")]
