@@ -241,7 +241,7 @@ class ListSync:
             source_rows = self._stage(source, stage)
             with self.db.transaction():
                 self._write_plan(stage, source_rows)
-            self.db.analyze(self.t.plan.sql, self.t.members.sql)
+            self.db.analyze(self.t.plan.sql)
         finally:
             self.db.execute(f"DROP TABLE IF EXISTS {stage}")
 
@@ -486,7 +486,7 @@ class ListSync:
             return call(self.o.list_id, accounts, batch_size=size, keep_not_found=True)
 
         started = last = time.monotonic()
-        sent = 0
+        sent = recorded = 0
         for (start, end, rows), result in in_order(
             send, batches(), self.o.max_in_flight, f"abm-sync-{action}"
         ):
@@ -496,6 +496,12 @@ class ListSync:
                 else:
                     self._record_removed(run.run_id, start, end, result)
             sent += len(rows)
+            recorded += 1
+            if action == "add" and recorded & (recorded - 1) == 0:
+                # Statistics taken while the list was small would have the planner hash all of the
+                # members for every batch recorded; refreshing them as the list doubles keeps each
+                # batch an index lookup at a logarithmic number of ANALYZEs.
+                self.db.analyze(self.t.members.sql)
             now = time.monotonic()
             if now - last >= self.o.progress_interval or end == total:
                 last = now
