@@ -486,17 +486,15 @@ class ListSync:
             return call(self.o.list_id, accounts, batch_size=size, keep_not_found=True)
 
         started = last = time.monotonic()
-        sent = recorded = 0
-        for (start, end, rows), result in in_order(
-            send, batches(), self.o.max_in_flight, f"abm-sync-{action}"
-        ):
+        sent = 0
+        answers = in_order(send, batches(), self.o.max_in_flight, f"abm-sync-{action}")
+        for recorded, ((start, end, rows), result) in enumerate(answers, start=1):
             with self.db.transaction():
                 if action == "add":
                     self._record_added(run.run_id, start, end, rows, result)
                 else:
                     self._record_removed(run.run_id, start, end, result)
             sent += len(rows)
-            recorded += 1
             if action == "add" and recorded & (recorded - 1) == 0:
                 # Statistics taken while the list was small would have the planner hash all of the
                 # members for every batch recorded; refreshing them as the list doubles keeps each
