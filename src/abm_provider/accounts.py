@@ -155,6 +155,15 @@ class AccountValidator:
             c for c in dict.fromkeys(needed) if c not in present and (c == self.id_column or c in explicit)
         ]
 
+    def check_columns(self, columns: Sequence[str] | None, description: str) -> None:
+        """Raise ``ValueError`` naming the missing columns and the fix, before anything is sent."""
+        missing = self.missing_columns(columns) if columns is not None else []
+        if missing:
+            raise ValueError(
+                f"The {description} has no column {missing} (columns: {list(columns or [])}); "
+                "set column_map, e.g. column_map={'id': '<your id column>'}"
+            )
+
     def validate(self, data: Any) -> tuple[dict[str, str] | None, str | None]:
         """Return ``(account, None)`` for a sendable row, or ``(None, reason)``."""
         # ``type(x) is ...`` first: this runs for every row, and ABC isinstance checks cost several

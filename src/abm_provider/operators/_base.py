@@ -29,6 +29,18 @@ ACCOUNT_SOURCE_RENDERERS: dict[str, str] = {"sql": "sql", "parameters": "json", 
 ACCOUNT_LISTS_COLOR = "#fce8e6"
 
 
+def is_xcom_arg(value: Any) -> bool:
+    """Whether ``value`` is an XComArg (or another value Airflow resolves at run time)."""
+    from airflow.sdk.definitions._internal.mixins import ResolveMixin
+
+    return isinstance(value, ResolveMixin)
+
+
+def is_deferred(value: Any) -> bool:
+    """Whether a value is only known at run time (a Jinja template or an XComArg), so not checked yet."""
+    return (isinstance(value, str) and "{{" in value) or is_xcom_arg(value)
+
+
 class AbmHookSettings:
     """The connection and request settings of an ABM task, and the hook made from them.
 

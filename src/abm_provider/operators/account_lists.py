@@ -38,7 +38,13 @@ from abm_provider.accounts import (
     open_file_source,
 )
 from abm_provider.exceptions import AbmApiError
-from abm_provider.operators._base import ACCOUNT_LISTS_COLOR, ACCOUNT_SOURCE_RENDERERS, AbmBaseOperator
+from abm_provider.operators._base import (
+    ACCOUNT_LISTS_COLOR,
+    ACCOUNT_SOURCE_RENDERERS,
+    AbmBaseOperator,
+    is_deferred,
+    is_xcom_arg,
+)
 from abm_provider.rejects import (
     Limit,
     RejectsWriter,
@@ -66,11 +72,6 @@ _FOLDER_ACCESS = ("FOLDER_ACCESS_UNSPECIFIED", "PUBLIC", "READ_ONLY")
 def _check_if_exists(if_exists: str) -> None:
     if if_exists not in _IF_EXISTS:
         raise ValueError(f"if_exists must be one of {list(_IF_EXISTS)}, got {if_exists!r}")
-
-
-def _is_deferred(value: Any) -> bool:
-    """Whether a value is only known at run time (a Jinja template or an XComArg), so not checked yet."""
-    return (isinstance(value, str) and "{{" in value) or _is_xcom_arg(value)
 
 
 def _check_id(value: Any, name: str) -> None:
@@ -132,9 +133,9 @@ class CreateAccountListFolderOperator(AbmBaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         _check_if_exists(if_exists)
-        if not _is_deferred(folder_name):
+        if not is_deferred(folder_name):
             _check_text(folder_name, "folder_name")
-        if not _is_deferred(folder_access):
+        if not is_deferred(folder_access):
             _check_folder_access(folder_access)
         self.folder_name = folder_name
         self.folder_access = folder_access
@@ -171,9 +172,9 @@ class CreateAccountListOperator(AbmBaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         _check_if_exists(if_exists)
-        if not _is_deferred(list_name):
+        if not is_deferred(list_name):
             _check_text(list_name, "list_name")
-        if not _is_deferred(folder_id):
+        if not is_deferred(folder_id):
             _check_text(folder_id, "folder_id")
         self.list_name = list_name
         self.folder_id = folder_id
@@ -350,7 +351,7 @@ class _ListMembershipOperator(AbmBaseOperator):
             normalise_column_map(column_map)
         if accounts_path is not None and file_format is None and "{{" not in str(accounts_path):
             detect_file_format(str(accounts_path))
-        if not _is_deferred(list_id):
+        if not is_deferred(list_id):
             _check_id(list_id, "list_id")
         self.list_id = list_id
         self.accounts = accounts
@@ -374,7 +375,7 @@ class _ListMembershipOperator(AbmBaseOperator):
         # accounts is deliberately not a template field: rendering would run every account name
         # through Jinja (slow, and a name containing "{{" would be altered) and copy the whole list.
         # An XComArg still becomes an upstream dependency and is resolved in execute.
-        if _is_xcom_arg(accounts):
+        if is_xcom_arg(accounts):
             from airflow.sdk.definitions.xcom_arg import XComArg
 
             XComArg.apply_upstream_relationship(self, accounts)
@@ -437,7 +438,7 @@ class _ListMembershipOperator(AbmBaseOperator):
         """The one configured source, with XComArg resolved and paths already rendered."""
         if self.accounts is not None:
             accounts: Any = self.accounts
-            if _is_xcom_arg(accounts):
+            if is_xcom_arg(accounts):
                 accounts = accounts.resolve(context)
             if accounts is None:
                 raise AirflowFailException("accounts resolved to None (the upstream XCom is empty)")
@@ -542,13 +543,10 @@ class _ListMembershipOperator(AbmBaseOperator):
                     yield row
 
             with source.open() as opened:
-                if opened.columns is not None:
-                    missing = validator.missing_columns(opened.columns)
-                    if missing:
-                        raise AirflowFailException(
-                            f"The {source.description} has no column {missing} (columns: {opened.columns}); "
-                            f"set column_map, e.g. column_map={{'id': '<your id column>'}}"
-                        )
+                try:
+                    validator.check_columns(opened.columns, source.description)
+                except ValueError as err:
+                    raise AirflowFailException(str(err)) from err
                 batches = iter_batches(counted(opened.rows), validator, self.batch_size, on_invalid)
                 with fewer_collections():
                     self._send_all(batches, totals, rejects, progress)
@@ -590,12 +588,6 @@ class _ListMembershipOperator(AbmBaseOperator):
             rejects_path=rejects_path,
         )
         return summary
-
-
-def _is_xcom_arg(value: Any) -> bool:
-    from airflow.sdk.definitions._internal.mixins import ResolveMixin
-
-    return isinstance(value, ResolveMixin)
 
 
 def _write_row(rejects: RejectsWriter, reason: str, row: SourceRow) -> None:

@@ -40,8 +40,8 @@ from abm_provider.download import (
     remove_stale_temps,
     write_manifest,
 )
-from abm_provider.operators._base import AbmBaseOperator, fail_if_final
-from abm_provider.operators.account_lists import _check_id, _fail_on_bad_argument, _is_deferred
+from abm_provider.operators._base import AbmBaseOperator, fail_if_final, is_deferred
+from abm_provider.operators.account_lists import _check_id, _fail_on_bad_argument
 from abm_provider.urls import UnsafeUrlError, check_url, safe_url
 
 if TYPE_CHECKING:
@@ -78,9 +78,9 @@ class CreateExportJobOperator(AbmBaseOperator):
         if if_exists not in ("ignore", "fail"):
             raise ValueError(f"if_exists must be 'ignore' or 'fail', got {if_exists!r}")
         # Fail at DAG parse time when the values are already known; templated ones are checked in execute.
-        if not _is_deferred(export_type):
+        if not is_deferred(export_type):
             _check_id(export_type, "export_type")
-        if not _is_deferred(schedule):
+        if not is_deferred(schedule):
             validate_schedule(schedule)
         self.export_type = export_type
         self.schedule = schedule

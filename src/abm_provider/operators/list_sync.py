@@ -24,7 +24,12 @@ from abm_provider.accounts import (
     open_file_source,
 )
 from abm_provider.lineage import table_dataset
-from abm_provider.operators._base import ACCOUNT_LISTS_COLOR, ACCOUNT_SOURCE_RENDERERS, AbmBaseOperator
+from abm_provider.operators._base import (
+    ACCOUNT_LISTS_COLOR,
+    ACCOUNT_SOURCE_RENDERERS,
+    AbmBaseOperator,
+    is_deferred,
+)
 from abm_provider.rejects import check_limit
 from abm_provider.sync.database import StateDatabase, sql_hook
 from abm_provider.sync.engine import MODES, ListSync, Mode, SyncOptions
@@ -37,13 +42,6 @@ if TYPE_CHECKING:
     from airflow.sdk import Context, ObjectStoragePath
 
 from abm_provider._inflight import check_in_flight
-
-
-def _templated(value: object) -> bool:
-    """Whether a value is only known at run time (a Jinja template or an XComArg), so not checked yet."""
-    from airflow.sdk.definitions._internal.mixins import ResolveMixin
-
-    return (isinstance(value, str) and "{{" in value) or isinstance(value, ResolveMixin)
 
 
 def _as_bool(value: Any, name: str) -> bool:
@@ -157,18 +155,16 @@ class AccountListSyncOperator(AbmBaseOperator):
             raise ValueError("parameters are only used with sql")
         if file_format is not None and accounts_path is None:
             raise ValueError("file_format is only used with accounts_path")
-        if accounts_path and file_format is None and not _templated(str(accounts_path)):
+        if accounts_path and file_format is None and not is_deferred(str(accounts_path)):
             detect_file_format(str(accounts_path))
-        if table and not _templated(table):
+        if table and not is_deferred(table):
             TableName.parse(table)
-        if not _templated(mode):
+        if not is_deferred(mode):
             _as_mode(mode)
-        if not _templated(dry_run):
+        if not is_deferred(dry_run):
             _as_bool(dry_run, "dry_run")
         check_limit(max_rejected, "max_rejected")
-        if state_schema is not None and not _templated(state_schema):
-            StateTables.named(state_table_prefix, state_schema)
-        StateTables.named(state_table_prefix)
+        StateTables.named(state_table_prefix, None if is_deferred(state_schema) else state_schema)
         if column_map is not None and isinstance(column_map, Mapping):
             normalise_column_map(column_map)
         if default_crm_type is not None and default_crm_type not in KNOWN_CRM_TYPES:
@@ -177,9 +173,9 @@ class AccountListSyncOperator(AbmBaseOperator):
         check_in_flight(max_in_flight)
         if progress_interval <= 0:
             raise ValueError("progress_interval must be positive")
-        if not _templated(list_id):
+        if not is_deferred(list_id):
             path_segment(list_id, "list_id")
-        if table and sql_conn_id and not _templated(table) and not _templated(sql_conn_id):
+        if table and sql_conn_id and not is_deferred(table) and not is_deferred(sql_conn_id):
             kwargs.setdefault("inlets", [warehouse_asset(sql_conn_id, table)])
         super().__init__(**kwargs)
         self.list_id = list_id

@@ -252,13 +252,7 @@ class ListSync:
         count = 0
         started = last = time.monotonic()
         with source.open() as opened:
-            if opened.columns is not None:
-                missing = self.validator.missing_columns(opened.columns)
-                if missing:
-                    raise ValueError(
-                        f"The {source.description} has no column {missing} (columns: {opened.columns}); "
-                        "set column_map, e.g. column_map={'id': '<your id column>'}"
-                    )
+            self.validator.check_columns(opened.columns, source.description)
             for row in opened.rows:
                 count += 1
                 account, reason = validate(row.data)
