@@ -9,7 +9,7 @@ export UV_LINK_MODE := copy
 export UV_PYTHON := $(PYTHON)
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: help install test lint typecheck unit demo bench e2e clean
+.PHONY: help install browser test lint typecheck unit demo bench e2e clean
 
 help:
 	@echo "make demo    - the main job end to end: emulator + both example DAGs into DuckDB, then a summary"
@@ -20,23 +20,35 @@ $(UV):
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check "uv==0.13.9"
 
-$(VENV)/.synced: $(UV) uv.lock pyproject.toml
-	$(UV) sync --frozen --all-extras
+$(VENV)/.synced: $(UV) uv.lock pyproject.toml emulator/pyproject.toml
+	$(UV) sync --frozen --all-extras --all-packages
 	@touch $@
 
 install: $(VENV)/.synced
 
 lint: install
-	$(VENV)/bin/ruff check src tests dags scripts
-	$(VENV)/bin/ruff format --check src tests dags scripts
+	$(VENV)/bin/ruff check src emulator/src tests dags scripts
+	$(VENV)/bin/ruff format --check src emulator/src tests dags scripts
 
 typecheck: install
-	$(VENV)/bin/mypy src
+	$(VENV)/bin/mypy
+
+# The browser test (tests/ui) drives Debian's Chromium through Debian's chromedriver; no browser is
+# ever downloaded. Installed when missing and make runs as root; otherwise that test is skipped.
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's chromium and chromium-driver for the browser test (tests/ui)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	else \
+	  echo "!!! chromium/chromedriver missing and not root: the browser test (tests/ui) WILL BE SKIPPED."; \
+	  echo "!!! Install them with: sudo apt-get install chromium chromium-driver"; \
+	fi
 
 unit: install
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-test: lint typecheck unit
+test: lint typecheck browser unit
 
 demo: install
 	$(VENV)/bin/python scripts/demo.py

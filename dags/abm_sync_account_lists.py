@@ -18,12 +18,12 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, Param
 
+from abm_provider.assets import warehouse_asset
 from abm_provider.operators.account_lists import (
     AccountListSyncOperator,
     CreateAccountListFolderOperator,
     CreateAccountListOperator,
 )
-from abm_provider.transfers.csv_to_sql import warehouse_asset
 
 ABM_CONN_ID = os.environ.get("ABM_CONN_ID", "abm_default")
 WAREHOUSE_CONN_ID = os.environ.get("ABM_WAREHOUSE_CONN_ID", "abm_warehouse")

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from abm_emulator.testing import RunningEmulator
 
 # Airflow reads its configuration at import time, so the environment is set before any test imports it.
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="abm-airflow-home-"))
@@ -20,18 +23,21 @@ os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO")
 
 
 @pytest.fixture(scope="session")
-def emulator_process() -> Iterator[object]:
-    """One emulator subprocess for the whole run; tests that need a clean slate use `emulator`."""
-    from abm_emulator.testing import start_emulator
+def abm_emulator_options() -> dict[str, Any]:
+    """The emulator of the run (the ``abm-emulator`` pytest plugin's) accepts two keys."""
+    return {"api_keys": ["test-key-alpha", "test-key-beta"]}
 
-    with start_emulator(api_keys=["test-key-alpha", "test-key-beta"]) as running:
-        yield running
+
+@pytest.fixture(scope="session")
+def emulator_process(abm_emulator_process: RunningEmulator) -> RunningEmulator:
+    """One emulator subprocess for the whole run; tests that need a clean slate use `emulator`."""
+    return abm_emulator_process
 
 
 @pytest.fixture
-def emulator(emulator_process: object) -> object:
+def emulator(emulator_process: RunningEmulator) -> RunningEmulator:
     """The session's emulator, reset to an empty state with no faults before the test."""
-    emulator_process.reset()  # type: ignore[attr-defined]
+    emulator_process.reset()
     return emulator_process
 
 

@@ -14,28 +14,36 @@ __version__ = "0.1.0"
 _INTEGRATION = "Account Based Marketing (ABM)"
 
 
-#: How the standard connection form fields are shown for an ``abm`` connection.
+#: How the standard connection form fields are shown for an ``abm`` connection. Airflow 3.3 shows
+#: placeholders for the standard fields only; the extra fields show their defaults instead.
 _UI_FIELD_BEHAVIOUR: dict[str, Any] = {
-    "hidden-fields": ["schema", "login", "port"],
+    "hidden-fields": ["schema", "login"],
     "relabeling": {"host": "Base URL", "password": "API key"},
     "placeholders": {
         "host": "https://api.terminusplatform.com",
         "password": "API key (sent as Authorization: Bearer <key>)",
-        "extra": '{"max_attempts": 5, "retry_max_wait": 60, "request_timeout": 60, "verify": true}',
+        "port": "the Base URL's (443 for https)",
     },
 }
 
 #: Extra fields of an ``abm`` connection besides the request settings (``connection.Limits``).
+#: Every field has a type without "null" alternatives the form would offer as a value, and a default
+#: the form starts from (Airflow's form draws a field from the first non-null type of its schema).
 _CONN_FIELDS: dict[str, Any] = {
-    "verify": {
-        "label": "TLS verification",
-        "description": "true (default), false, or the path of a CA bundle file.",
-        "schema": {"type": ["boolean", "string", "null"]},
-    },
     "auth_type": {
         "label": "Auth type",
-        "description": "bearer (default): Authorization: Bearer <key>; basic: the key as Basic user name.",
-        "schema": {"type": ["string", "null"], "enum": ["bearer", "basic", None]},
+        "description": "bearer: Authorization: Bearer <key>; basic: the key as the Basic user name.",
+        "schema": {"type": "string", "enum": ["bearer", "basic"], "default": "bearer"},
+    },
+    "verify": {
+        "label": "Verify TLS certificates",
+        "description": "Check the server's certificate (on by default). Turn off only for a test server.",
+        "schema": {"type": ["boolean", "null"], "default": True},
+    },
+    "ca_bundle": {
+        "label": "CA bundle path",
+        "description": "Path of a CA bundle file to trust instead of the system's, for a private CA.",
+        "schema": {"type": ["string", "null"]},
     },
 }
 
@@ -80,6 +88,13 @@ def get_provider_info() -> dict[str, Any]:
                 "source-integration-name": _INTEGRATION,
                 "target-integration-name": "Common SQL",
                 "python-module": "abm_provider.transfers.csv_to_sql",
+            }
+        ],
+        "asset-uris": [
+            {
+                "schemes": ["abm-warehouse"],
+                "handler": "abm_provider.assets.sanitize_uri",
+                "factory": "abm_provider.assets.warehouse_asset",
             }
         ],
         "connection-types": [

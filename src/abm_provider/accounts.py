@@ -329,6 +329,68 @@ class IterableSource:
             yield SourceRow(number, None, data)
 
 
+def is_table(value: Any) -> bool:
+    """Whether ``value`` is an in-memory table :class:`TableSource` reads (without importing pandas).
+
+    Checked before "is it iterable", because iterating a DataFrame yields its column names.
+    """
+    module = type(value).__module__
+    if module.startswith("pandas") and hasattr(value, "iloc") and hasattr(value, "columns"):
+        return True
+    arrow_batches = hasattr(value, "to_batches") or hasattr(value, "read_next_batch")
+    return module.startswith("pyarrow") and hasattr(value, "schema") and arrow_batches
+
+
+class TableSource:
+    """Rows of an in-memory table: a pyarrow ``Table`` or ``RecordBatchReader``, or a pandas DataFrame.
+
+    Read one batch at a time: Arrow record batches are zero-copy slices of the table, and a DataFrame
+    is taken ``read_batch_size`` rows at a time (``iloc`` slices are views) through Arrow, so only one
+    batch is ever turned into Python dicts, and missing values (``NaN``, ``None``, ``pd.NA``) become
+    ``None`` as in a Parquet file. pandas is never imported here: a DataFrame brings its own.
+    """
+
+    description = "table"
+
+    def __init__(self, table: Any, *, read_batch_size: int = 1000) -> None:
+        if not is_table(table):
+            raise TypeError(f"expected a pyarrow Table or a pandas DataFrame, got {type(table).__name__}")
+        self.table = table
+        self.read_batch_size = read_batch_size
+
+    @contextmanager
+    def open(self) -> Iterator[OpenedSource]:
+        """Open the table: its column names are known, so a wrong ``column_map`` fails at once."""
+        columns = [str(name) for name in (self.table.columns if self._is_pandas else self.table.schema.names)]
+        yield OpenedSource(columns, self._rows())
+
+    @property
+    def _is_pandas(self) -> bool:
+        return type(self.table).__module__.startswith("pandas")
+
+    def _batches(self) -> Iterator[Any]:
+        import pyarrow as pa
+
+        if not self._is_pandas:
+            # A Table's batches, or a reader's as they arrive; slices are views of the batch.
+            batches = self.table.to_batches() if hasattr(self.table, "to_batches") else self.table
+            for batch in batches:
+                for start in range(0, batch.num_rows, self.read_batch_size):
+                    yield batch.slice(start, self.read_batch_size)
+            return
+        frame = self.table
+        for start in range(0, len(frame), self.read_batch_size):
+            chunk = frame.iloc[start : start + self.read_batch_size]
+            yield pa.RecordBatch.from_pandas(chunk, preserve_index=False)
+
+    def _rows(self) -> Iterator[SourceRow]:
+        number = 0
+        for batch in self._batches():
+            for data in batch.to_pylist():
+                number += 1
+                yield SourceRow(number, None, data)
+
+
 class CsvSource:
     """Rows of a CSV file (header row required), local or on any ``ObjectStoragePath`` store.
 
@@ -581,7 +643,7 @@ def open_file_source(
     return ParquetSource(storage_path, read_batch_size=read_batch_size)
 
 
-AccountSource = IterableSource | CsvSource | ParquetSource | SqlSource
+AccountSource = IterableSource | TableSource | CsvSource | ParquetSource | SqlSource
 
 
 # --- where task outputs go ---------------------------------------------------------------------

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import math
+import os
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -18,7 +20,12 @@ from abm_provider.urls import DEFAULT_BASE_URL, Redactor, normalise_base_url, ur
 
 AuthType = Literal["bearer", "basic"]
 #: Names an earlier release used for a setting, accepted for one release with a DeprecationWarning.
-RENAMED_SETTINGS = {"max_wait": "retry_max_wait", "timeout": "request_timeout"}
+#: ``page_token_memory`` went because Airflow masks every extra whose name holds "token" as a secret.
+RENAMED_SETTINGS = {
+    "max_wait": "retry_max_wait",
+    "timeout": "request_timeout",
+    "page_token_memory": "page_cursor_memory",
+}
 
 
 def _bound(
@@ -68,11 +75,11 @@ class Limits:
         default=1000,
         metadata=_bound("Max pages per listing", "Pages one listing may read.", 1, 10**6, whole=True),
     )
-    page_token_memory: int = field(
+    page_cursor_memory: int = field(
         default=1000,
         metadata=_bound(
-            "Page tokens remembered",
-            "Recent page tokens the repeated-token guard remembers.",
+            "Page cursors remembered",
+            "Recent page tokens (cursors) the loop guard remembers to catch a listing that loops.",
             1,
             10**6,
             whole=True,
@@ -128,10 +135,16 @@ def conn_fields() -> dict[str, Any]:
     form: dict[str, Any] = {}
     for spec in fields(Limits):
         kind = "integer" if spec.metadata["whole"] else "number"
-        schema: dict[str, Any] = {"type": [kind, "null"], "minimum": spec.metadata["low"]}
+        # The default is the field's starting value: the form shows it and saves it in the extra.
+        schema: dict[str, Any] = {
+            "type": [kind, "null"],
+            "minimum": spec.metadata["low"],
+            "default": spec.default,
+        }
         if math.isfinite(spec.metadata["high"]):
             schema["maximum"] = spec.metadata["high"]
-        help_text = f"{spec.metadata['help']} Default {spec.default}."
+        default = spec.default if spec.metadata["whole"] else f"{spec.default:g}"
+        help_text = f"{spec.metadata['help']} Default {default}."
         form[spec.name] = {"label": spec.metadata["label"], "description": help_text, "schema": schema}
     return form
 
@@ -182,6 +195,21 @@ def renamed(given: Mapping[str, Any], owner: str) -> dict[str, Any]:
     return result
 
 
+#: Airflow's connection test (the UI's Test button) runs the hook on a copy of the form's values under
+#: a random 8-character id, exported as ``AIRFLOW_CONN_<ID>`` for the length of the test.
+_TRANSIENT_TEST_ID = re.compile(r"[A-Za-z0-9]{8}")
+
+
+def connection_name(conn_id: str) -> str:
+    """How a message names a connection: ``connection 'abm_prod'``, or ``this connection``.
+
+    The second when ``conn_id`` is the throwaway id of a connection test, which means nothing to the
+    person who pressed Test (the form being tested may not even be saved yet).
+    """
+    transient = _TRANSIENT_TEST_ID.fullmatch(conn_id) and f"AIRFLOW_CONN_{conn_id.upper()}" in os.environ
+    return "this connection" if transient else f"connection {conn_id!r}"
+
+
 @dataclass(frozen=True)
 class AbmSettings:
     """Everything a hook needs from the connection, checked once; ``repr`` leaves the key out."""
@@ -203,6 +231,11 @@ class AbmSettings:
     def origin(self) -> tuple[str, str, int]:
         """The API origin; the key goes to this origin and no other."""
         return url_origin(self.base_url)
+
+    @property
+    def name(self) -> str:
+        """The connection as messages name it (see :func:`connection_name`)."""
+        return connection_name(self.conn_id)
 
     def auth_header(self) -> dict[str, str]:
         """``Authorization`` for the API: ``Bearer <key>``, or Basic with the key as user name."""
@@ -228,7 +261,7 @@ class AbmSettings:
         (``extra__abm__max_attempts``); empty values mean "not set".
         """
         conn_id = str(getattr(conn, "conn_id", None) or "abm_default")
-        where = f"connection {conn_id!r}"
+        where = connection_name(conn_id)
         extra = renamed(_extra(conn, where), f"{where} extra")
         base_url = normalise_base_url(getattr(conn, "host", None), getattr(conn, "port", None), where=where)
         api_key = getattr(conn, "password", None) or ""
@@ -242,7 +275,7 @@ class AbmSettings:
             base_url=base_url or DEFAULT_BASE_URL,
             api_key=api_key,
             auth_type="basic" if auth_type == "basic" else "bearer",
-            verify=_verify(extra.get("verify"), where),
+            verify=_verify(extra.get("verify"), extra.get("ca_bundle"), where),
             limits=Limits.read(given, extra, where),
         )
 
@@ -254,7 +287,7 @@ def _extra(conn: Any, where: str) -> dict[str, Any]:
         raise ValueError(f"{where} has an extra that is not a JSON object: {err}") from err
     if not isinstance(raw, Mapping):
         raise ValueError(f"{where} extra must be a JSON object")
-    known = {*Limits.names(), *RENAMED_SETTINGS, "verify", "auth_type"}
+    known = {*Limits.names(), *RENAMED_SETTINGS, "verify", "ca_bundle", "auth_type"}
     settings: dict[str, Any] = {}
     for key, value in raw.items():
         name = str(key).removeprefix("extra__abm__")
@@ -263,13 +296,30 @@ def _extra(conn: Any, where: str) -> dict[str, Any]:
     return settings
 
 
-def _verify(value: Any, where: str) -> bool | str:
-    """``true``/``false`` (also as text) or the path of a CA bundle file."""
+def _verify(value: Any, ca_bundle: Any, where: str) -> bool | str:
+    """TLS verification for ``requests``/``aiohttp``: ``True``, ``False`` or the CA bundle path to trust.
+
+    ``verify`` is ``true``/``false`` (also as text; the connection form's checkbox) and ``ca_bundle``
+    the path of a CA bundle file (the form's text field). ``verify`` may also hold the path itself,
+    as connections made before the form had ``ca_bundle`` do.
+    """
     if value is None or isinstance(value, bool):
-        return value is not False
-    if isinstance(value, str):
+        checked: bool | str = value is not False
+    elif isinstance(value, str):
         lowered = value.strip().lower()
-        if lowered in ("true", "1", "yes", "false", "0", "no"):
-            return lowered in ("true", "1", "yes")
-        return value.strip()
-    raise ValueError(f"{where} extra verify must be true, false or a CA bundle path, got {value!r}")
+        flags = ("true", "1", "yes", "false", "0", "no")
+        checked = lowered in ("true", "1", "yes") if lowered in flags else value.strip()
+    else:
+        raise ValueError(f"{where} extra verify must be true, false or a CA bundle path, got {value!r}")
+    if ca_bundle is None:
+        return checked
+    if not isinstance(ca_bundle, str) or not ca_bundle.strip():
+        raise ValueError(f"{where} extra ca_bundle must be the path of a CA bundle file, got {ca_bundle!r}")
+    if checked is False:
+        raise ValueError(
+            f"{where} sets ca_bundle {ca_bundle!r} with verify off: turn verify on to trust that CA, "
+            "or leave ca_bundle empty"
+        )
+    if isinstance(checked, str) and checked != ca_bundle.strip():
+        raise ValueError(f"{where} gives two CA bundles, verify {checked!r} and ca_bundle {ca_bundle!r}")
+    return ca_bundle.strip()

@@ -151,7 +151,10 @@ def normalise_base_url(host: str | None, port: int | None = None, *, where: str 
     if parts.query or parts.fragment:
         raise ValueError(f"{where}: host {safe_url(text)!r} must not carry a query string or fragment")
     netloc = parts.netloc
-    if port and _port(parts) is None and ":" not in netloc.rsplit("]", 1)[-1]:
+    in_url = _port(parts)
+    if port and in_url is not None and in_url != int(port):
+        raise ValueError(f"{where}: host {safe_url(text)!r} has port {in_url} but the port field says {port}")
+    if port and in_url is None and ":" not in netloc.rsplit("]", 1)[-1]:
         netloc = f"{netloc}:{int(port)}"
     url = f"{parts.scheme.lower()}://{netloc}{parts.path.rstrip('/')}"
     return check_url(url, f"{where}: host")

@@ -89,6 +89,30 @@ def test_connection_test_passes_with_the_key_and_names_the_failure_without_it(
     assert not ok and "Could not reach http://127.0.0.1:9" in message
 
 
+def test_connection_test_names_the_users_connection_but_not_the_uis_throwaway_id(
+    abm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The UI's Test button runs the hook under a random 8-character id exported as AIRFLOW_CONN_<ID>."""
+    wrong = {"conn_type": "abm", "host": abm.base_url, "password": "wrong-key-123456"}
+    for conn_id in ("abm_wrong", "pY3EeVWf"):
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(wrong))
+    ok, mine = AbmHook("abm_wrong").test_connection()
+    assert not ok and mine.startswith(f"{abm.base_url} refused the API key of connection 'abm_wrong'")
+    assert "check the API key (password) of connection 'abm_wrong'" in mine
+    ok, tested = AbmHook("pY3EeVWf").test_connection()
+    assert not ok and tested.startswith(f"{abm.base_url} refused the API key: ")
+    assert "check the API key (password) of this connection" in tested
+    assert "pY3EeVWf" not in tested and "wrong-key-123456" not in tested
+    monkeypatch.setenv("AIRFLOW_CONN_PY3EEVWF", json.dumps({**wrong, "password": abm.api_key}))
+    ok, passed = AbmHook("pY3EeVWf").test_connection()
+    assert ok and passed == f"Connected to {abm.base_url}: the API key was accepted"
+    monkeypatch.setenv("AIRFLOW_CONN_PY3EEVWF", json.dumps({**wrong, "password": ""}))
+    ok, unusable = AbmHook("pY3EeVWf").test_connection()
+    assert (
+        not ok and unusable == "Not tested: this connection has no API key: put the key in its password field"
+    )
+
+
 def test_basic_auth_is_accepted(abm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     conn = {
         "conn_type": "abm",

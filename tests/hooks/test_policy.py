@@ -259,6 +259,16 @@ def test_base_url(host: str | None, expected: str) -> None:
 
 def test_port_field_is_appended() -> None:
     assert normalise_base_url("api.example.com", 8443) == "https://api.example.com:8443"
+    # The form's port field, the URL's own port, or both when they agree; the UI sends 0 for "none".
+    assert normalise_base_url("http://127.0.0.1", 8080) == "http://127.0.0.1:8080"
+    assert normalise_base_url("http://127.0.0.1:8080", 8080) == "http://127.0.0.1:8080"
+    assert normalise_base_url("http://127.0.0.1:8080", 0) == "http://127.0.0.1:8080"
+
+
+def test_a_port_field_that_contradicts_the_url_is_refused() -> None:
+    with pytest.raises(ValueError, match="has port 8080 but the port field says 9090") as info:
+        normalise_base_url("http://127.0.0.1:8080", 9090, where="connection 'abm_default'")
+    assert "connection 'abm_default'" in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -345,6 +355,26 @@ def test_deprecated_extra_names_still_work_and_warn() -> None:
     new_wins = _conn(max_wait=12, retry_max_wait=7)
     with pytest.warns(DeprecationWarning):
         assert AbmSettings.from_connection(new_wins).limits.retry_max_wait == 7.0
+
+
+def test_page_token_memory_is_now_page_cursor_memory() -> None:
+    """Airflow masks an extra named like a secret ("token"): the form showed it as ***."""
+    with pytest.warns(
+        DeprecationWarning, match="'page_token_memory' is deprecated, use 'page_cursor_memory'"
+    ):
+        settings = AbmSettings.from_connection(_conn(page_token_memory=50))
+    assert settings.limits.page_cursor_memory == 50
+
+
+def test_no_connection_setting_is_named_like_a_secret() -> None:
+    """Airflow hides the value of every extra whose name looks sensitive, in the UI, the API and logs."""
+    from airflow.sdk._shared.secrets_masker import should_hide_value_for_key
+
+    import abm_provider
+
+    conn_type = next(t for t in abm_provider.get_provider_info()["connection-types"] if t["conn-fields"])
+    masked = [name for name in conn_type["conn-fields"] if should_hide_value_for_key(name)]
+    assert masked == []
 
 
 def test_deprecated_hook_arguments_still_work_and_warn(monkeypatch: pytest.MonkeyPatch) -> None:

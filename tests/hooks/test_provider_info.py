@@ -141,4 +141,31 @@ def test_providers_manager_builds_the_connection_form() -> None:
     widgets = {k for k in manager.connection_form_widgets if k.startswith("extra__abm__")}
     from abm_provider.connection import Limits
 
-    assert widgets == {f"extra__abm__{f}" for f in (*Limits.names(), "verify", "auth_type")}
+    assert widgets == {f"extra__abm__{f}" for f in (*Limits.names(), "verify", "ca_bundle", "auth_type")}
+
+
+def test_the_providers_page_links_the_documentation_project_url() -> None:
+    """Airflow's Providers page links ``documentation-url``, read from the "Documentation" project URL."""
+    from airflow.providers_manager import ProvidersManager
+
+    info = ProvidersManager().providers["airflow-provider-abm"]
+    assert info.data["documentation-url"] == "https://pypi.org/project/airflow-provider-abm/"
+
+
+def test_the_abm_warehouse_asset_scheme_is_registered_and_normalised() -> None:
+    from airflow.sdk import Asset
+
+    from abm_provider.assets import warehouse_asset
+
+    asset = warehouse_asset("wh", "analytics.tactic_performance")
+    assert asset.uri == "abm-warehouse://wh/analytics.tactic_performance"
+    # Airflow normalises the URI through the registered handler (a trailing slash goes).
+    assert Asset(uri="abm-warehouse://wh/analytics.tactic_performance/").uri == asset.uri
+    for bad, why in [
+        ("abm-warehouse:///t", "must name a connection"),
+        ("abm-warehouse://wh", "must name one table"),
+        ("abm-warehouse://wh/a/b", "must name one table"),
+        ("abm-warehouse://wh/bad name", "bad name"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            Asset(uri=bad)

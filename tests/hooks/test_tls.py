@@ -105,7 +105,7 @@ def test_unknown_ca_is_refused_by_default_with_a_hint(
     _connect(monkeypatch, https_server[0])
     with pytest.raises(AbmApiError) as info:
         list(AbmHook("abm_tls", max_attempts=1).iter_folders())
-    assert "TLS failed" in str(info.value) and '"verify"' in str(info.value)
+    assert "TLS failed" in str(info.value) and '"ca_bundle"' in str(info.value)
     assert "certificate verify failed" in str(info.value)
     ok, message = AbmHook("abm_tls").test_connection()
     assert not ok and "TLS failed" in message
@@ -115,10 +115,34 @@ def test_unknown_ca_is_refused_by_default_with_a_hint(
 def test_ca_bundle_from_the_extra_is_trusted(
     https_server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The form's two fields: the verify checkbox (on) and the CA bundle path.
+    _connect(monkeypatch, https_server[0], verify=True, ca_bundle=str(https_server[1]))
+    assert [f["name"] for f in AbmHook("abm_tls").iter_folders()] == ["over tls"]
+    # A connection made before the form had ca_bundle keeps the path in verify.
     _connect(monkeypatch, https_server[0], verify=str(https_server[1]))
     assert [f["name"] for f in AbmHook("abm_tls").iter_folders()] == ["over tls"]
     _connect(monkeypatch, https_server[0], verify="false")
     assert [f["name"] for f in AbmHook("abm_tls").iter_folders()] == ["over tls"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"verify": False, "ca_bundle": "/etc/ca.pem"}, "sets ca_bundle '/etc/ca.pem' with verify off"),
+        (
+            {"verify": "/a.pem", "ca_bundle": "/b.pem"},
+            "two CA bundles, verify '/a.pem' and ca_bundle '/b.pem'",
+        ),
+        ({"ca_bundle": 5}, "ca_bundle must be the path of a CA bundle file, got 5"),
+    ],
+)
+def test_contradicting_tls_settings_name_the_connection_and_both_fields(
+    https_server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch, extra: dict[str, Any], message: str
+) -> None:
+    _connect(monkeypatch, https_server[0], **extra)
+    with pytest.raises(ValueError, match="connection 'abm_tls'") as info:
+        AbmHook("abm_tls").settings
+    assert message in str(info.value)
 
 
 async def test_async_hook_uses_the_same_tls_settings(

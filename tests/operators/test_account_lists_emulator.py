@@ -194,6 +194,12 @@ COLUMN_MAP = {"id": "account_id", "name": "account_name", "crmOrgId": "org", "cr
 def _write_source(kind: str, rows: list[dict[str, Any]], tmp_path: Path, monkeypatch) -> dict[str, Any]:
     if kind == "iterable":
         return {"accounts": (dict(r) for r in rows)}
+    if kind == "dataframe":
+        import pandas as pd
+
+        return {"accounts": pd.DataFrame(rows)}
+    if kind == "arrow":
+        return {"accounts": pa.Table.from_pylist(rows)}
     if kind == "csv":
         path = tmp_path / "accounts.csv"
         with path.open("w", newline="", encoding="utf-8") as fh:
@@ -224,7 +230,7 @@ def _write_source(kind: str, rows: list[dict[str, Any]], tmp_path: Path, monkeyp
     }
 
 
-@pytest.mark.parametrize("kind", ["iterable", "csv", "parquet", "sql"])
+@pytest.mark.parametrize("kind", ["iterable", "dataframe", "arrow", "csv", "parquet", "sql"])
 def test_add_25k_accounts_from_each_source(abm, tmp_path, monkeypatch, kind):
     rows, valid, invalid, not_found = _dataset()
     list_id = _make_list(abm, tmp_path)

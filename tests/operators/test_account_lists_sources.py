@@ -19,7 +19,9 @@ from abm_provider.accounts import (
     ParquetSource,
     SourceRow,
     SqlSource,
+    TableSource,
     detect_file_format,
+    is_table,
     iter_batches,
     normalise_column_map,
     open_file_source,
@@ -222,6 +224,47 @@ def test_parquet_source_streams_batches_and_keeps_types(tmp_path):
     assert reasons == ["id must be a string, got int 1", "id must be a string, got int 2"]
 
 
+def test_table_source_reads_a_dataframe_in_batches_with_missing_values_as_none():
+    import numpy as np
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {"id": ["001", None, "003", "004", "005"], "n": [1.0, np.nan, 3.0, 4.0, 5.0]},
+        index=[10, 20, 30, 40, 50],
+    )
+    source = TableSource(frame, read_batch_size=2)
+    assert [len(batch) for batch in source._batches()] == [2, 2, 1]
+    with source.open() as opened:
+        assert opened.columns == ["id", "n"]
+        rows = list(opened.rows)
+    assert [r.row_number for r in rows] == [1, 2, 3, 4, 5]
+    assert rows[1].data == {"id": None, "n": None}
+    assert rows[4].data == {"id": "005", "n": 5.0}
+
+
+def test_table_source_reads_arrow_tables_and_readers_as_zero_copy_slices():
+    table = pa.table({"id": [f"00{i}" for i in range(7)]})
+    reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=4))
+    for value in (table, reader):
+        source = TableSource(value, read_batch_size=3)
+        with source.open() as opened:
+            assert opened.columns == ["id"]
+            assert [r.data["id"] for r in opened.rows] == [f"00{i}" for i in range(7)]
+    batches = list(TableSource(table, read_batch_size=3)._batches())
+    assert [b.num_rows for b in batches] == [3, 3, 1]
+    # A slice shares the table's buffers: no copy of the data.
+    assert batches[1].column(0).buffers()[2].address == table.column(0).chunks[0].buffers()[2].address
+
+
+def test_is_table_tells_tables_from_iterables():
+    import pandas as pd
+
+    assert is_table(pd.DataFrame({"id": ["1"]})) and is_table(pa.table({"id": ["1"]}))
+    assert not is_table([{"id": "1"}]) and not is_table({"id": "1"}) and not is_table(pd.Series(["1"]))
+    with pytest.raises(TypeError, match="pyarrow Table or a pandas DataFrame"):
+        TableSource([{"id": "1"}])
+
+
 def test_detect_file_format():
     assert detect_file_format("s3://b/k/accounts.CSV") == "csv"
     assert detect_file_format("/x/a.csv.gz") == "csv"
@@ -260,7 +303,10 @@ def test_sql_source_streams_a_duckdb_query(tmp_path, monkeypatch):
 
 
 def test_sql_source_refuses_a_non_sql_connection(monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_NOT_SQL", json.dumps({"conn_type": "http", "host": "example.com"}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_NOT_SQL",
+        json.dumps({"conn_type": "abm", "host": "https://example.com", "password": "k"}),
+    )
     with (
         pytest.raises(TypeError, match="not a common-sql DbApiHook"),
         SqlSource("SELECT 1", "not_sql").open(),

@@ -8,8 +8,8 @@ import pytest
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException
 
+from abm_provider.assets import warehouse_asset
 from abm_provider.operators.account_lists import AccountListSyncOperator, CreateAccountListOperator
-from abm_provider.transfers.csv_to_sql import warehouse_asset
 
 GOOD: dict[str, Any] = {"task_id": "sync", "list_id": "list-1", "table": "targets", "sql_conn_id": "wh"}
 

@@ -219,11 +219,11 @@ class Pipeline:
 
     def _hint(self, status: int, error_status: str | None) -> str:
         """The one thing a DAG author can do about errors whose cause is the connection."""
-        conn_id = self.settings.conn_id
+        name = self.settings.name
         if status == 401:
-            return f" - check the API key (password) of connection {conn_id!r}"
+            return f" - check the API key (password) of {name}"
         if status == 403 and error_status == "PERMISSION_DENIED":
-            return f" - the key of connection {conn_id!r} is valid but not allowed to do this"
+            return f" - the key of {name} is valid but not allowed to do this"
         return ""
 
     # -- retrying ---------------------------------------------------------------------------------
@@ -298,7 +298,7 @@ class Pipeline:
 
 class Pager:
     """The pages of one listing, without I/O: which call comes next, and when to stop. Bounded by
-    ``max_pages``, by a token seen among the last ``page_token_memory`` (a loop), and by a caller's
+    ``max_pages``, by a token seen among the last ``page_cursor_memory`` (a loop), and by a caller's
     ``deadline`` (POSIX time), checked between pages so a look never overruns a sensor's timeout.
     """
 
@@ -308,7 +308,7 @@ class Pager:
         self.key = key
         self.deadline = deadline
         self.pages = 0
-        self._recent: deque[str] = deque(maxlen=pipeline.limits.page_token_memory)
+        self._recent: deque[str] = deque(maxlen=pipeline.limits.page_cursor_memory)
         self._seen: set[str] = set()
 
     def _stop(self, message: str, kind: str = "paging") -> AbmApiError:

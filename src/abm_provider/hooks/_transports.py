@@ -37,7 +37,9 @@ from abm_provider.urls import Redactor, UnsafeUrlError, check_peer
 
 #: Connections one shared aiohttp session keeps open at most (aiohttp's own default).
 CONNECTION_LIMIT = 100
-_TLS_HINT = 'if the server uses a private CA, set the extra "verify" of the connection to the CA bundle path'
+_TLS_HINT = (
+    'if the server uses a private CA, set the extra "ca_bundle" of the connection to the CA bundle path'
+)
 _attempt: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar("abm_attempt", default=None)
 
 

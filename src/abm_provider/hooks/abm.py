@@ -18,7 +18,7 @@ import requests
 import tenacity
 from airflow.sdk import BaseHook
 
-from abm_provider.connection import AbmSettings, Limits, renamed
+from abm_provider.connection import AbmSettings, Limits, connection_name, renamed
 from abm_provider.exceptions import AbmApiError
 from abm_provider.hooks._answers import (
     EXPORT_JOBS_PATH,
@@ -81,7 +81,7 @@ class _AbmHookBase(BaseHook):
                 method="-", path="-", http_status=None, status=None, message=str(err), kind="unsafe_url"
             ) from None
         if settings.verify is False:
-            self.log.warning("TLS certificate verification is off for connection %r", self.abm_conn_id)
+            self.log.warning("TLS certificate verification is off for %s", settings.name)
         self._pipeline = Pipeline(settings)
         return settings
 
@@ -152,25 +152,31 @@ class AbmHook(_AbmHookBase):
             yield from items
 
     def test_connection(self) -> tuple[bool, str]:
-        """One authenticated read (a one-folder page); says whether the URL, TLS or the key failed."""
+        """One authenticated read (a one-folder page); says whether the URL, TLS or the key failed.
+
+        Each message names the base URL it tried, and the connection id only when it is the user's:
+        the UI's Test button runs this under a random throwaway id (see ``connection_name``).
+        """
+        name = connection_name(self.abm_conn_id)
         try:
             settings = self.settings
         except Exception as err:
-            return False, f"Connection {self.abm_conn_id!r} is not usable: {err}"
+            return False, f"Not tested: {err}"
         short = min(settings.limits.request_timeout, _TEST_CONNECTION_TIMEOUT)
         self._pipeline = Pipeline(settings.with_limits(max_attempts=1, request_timeout=short))
+        of = "" if name == "this connection" else f" of {name}"
         try:
             self._call(folders_call(page_size=1))
         except AbmApiError as err:
             if err.http_status == 401:
-                return False, f"{settings.base_url} refused the API key: {err}"
+                return False, f"{settings.base_url} refused the API key{of}: {err}"
             if err.http_status is None:
                 return False, f"Could not reach {settings.base_url}: {err}"
             return False, f"{settings.base_url} answered with an error: {err}"
         finally:
             self._pipeline = Pipeline(settings)
             self.close()
-        return True, f"Connected to {settings.base_url}; the API key was accepted"
+        return True, f"Connected to {settings.base_url}: the API key{of} was accepted"
 
     # -- folders and lists --------------------------------------------------------------------------
 

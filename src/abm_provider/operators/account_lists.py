@@ -30,9 +30,11 @@ from abm_provider.accounts import (
     IterableSource,
     SourceRow,
     SqlSource,
+    TableSource,
     as_storage_path,
     check_batch_size,
     detect_file_format,
+    is_table,
     iter_batches,
     normalise_column_map,
     open_file_source,
@@ -442,6 +444,8 @@ class _ListMembershipOperator(AbmBaseOperator):
                 accounts = accounts.resolve(context)
             if accounts is None:
                 raise AirflowFailException("accounts resolved to None (the upstream XCom is empty)")
+            if is_table(accounts):
+                return TableSource(accounts, read_batch_size=self.batch_size)
             if isinstance(accounts, (str, bytes, Mapping)) or not isinstance(accounts, Iterable):
                 raise AirflowFailException(
                     f"accounts must be an iterable of account mappings, got {type(accounts).__name__}"
@@ -620,7 +624,8 @@ def _write_not_found(
 class AddAccountsToListOperator(_ListMembershipOperator):
     """Add accounts to a list from an iterable/XCom, a CSV or Parquet file, or a SQL query.
 
-    Exactly one source: ``accounts`` (an iterable of mappings or an ``XComArg``), ``accounts_path``
+    Exactly one source: ``accounts`` (an iterable of mappings, a pandas DataFrame, a pyarrow Table or
+    an ``XComArg``), ``accounts_path``
     (``.csv`` or ``.parquet``, optionally compressed, local or any ``ObjectStoragePath`` such as
     ``s3://``), or ``sql`` with ``sql_conn_id`` (any common-sql connection; ``.sql`` files are
     templates). The source is streamed in batches of at most ``batch_size`` (max 1000), so memory

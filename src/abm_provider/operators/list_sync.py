@@ -23,6 +23,7 @@ from abm_provider.accounts import (
     normalise_column_map,
     open_file_source,
 )
+from abm_provider.assets import warehouse_asset
 from abm_provider.lineage import table_dataset
 from abm_provider.operators._base import (
     ACCOUNT_LISTS_COLOR,
@@ -34,7 +35,6 @@ from abm_provider.rejects import check_limit
 from abm_provider.sync.database import StateDatabase, sql_hook
 from abm_provider.sync.engine import MODES, ListSync, Mode, SyncOptions
 from abm_provider.sync.state import DEFAULT_PREFIX, StateTables
-from abm_provider.transfers.csv_to_sql import warehouse_asset
 from abm_provider.urls import path_segment
 from abm_provider.warehouse.schema import TableName
 

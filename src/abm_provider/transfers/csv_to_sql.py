@@ -20,9 +20,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import Asset, BaseHook, BaseOperator, ObjectStoragePath
+from airflow.sdk import BaseHook, BaseOperator, ObjectStoragePath
 from airflow.sdk.exceptions import AirflowFailException
 
+from abm_provider.assets import warehouse_asset
 from abm_provider.lineage import table_dataset
 from abm_provider.rejects import Limit, check_limit, default_rejects_path
 from abm_provider.warehouse import LoadRequest, Method, SchemaMismatch, loader_for
@@ -33,13 +34,10 @@ from abm_provider.warehouse.schema import TableName, check_identifier, export_sc
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+__all__ = ["ExecutionCsvToSqlOperator", "warehouse_asset"]
+
 _ON_SCHEMA_CHANGE = ("fail", "add_columns")
 _LOCAL_PROTOCOLS = ("", "file", "local")
-
-
-def warehouse_asset(sql_conn_id: str, table: str) -> Asset:
-    """The Asset a load into ``table`` over ``sql_conn_id`` updates; DAGs can schedule on the same one."""
-    return Asset(name=f"abm_warehouse/{sql_conn_id}/{table}", uri=f"abm-warehouse://{sql_conn_id}/{table}")
 
 
 def _templated(value: object) -> bool:

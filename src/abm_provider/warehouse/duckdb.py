@@ -40,8 +40,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-import duckdb
-
 from abm_provider.warehouse.base import STAGE_TABLE, ColumnPlan, LoadRequest, WarehouseLoader
 from abm_provider.warehouse.records import iter_records
 from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, Kind, TableName, quote
@@ -114,6 +112,8 @@ class DuckDBLoader(WarehouseLoader):
     def load_direct(
         self, cur: Any, request: LoadRequest, plan: ColumnPlan, loaded_at: dt.datetime
     ) -> int | None:
+        import duckdb  # the [duckdb] extra: this module imports without it, the loader runs with it
+
         if self._awkward_bytes(request.path):
             return None  # staging says why, and takes the Python path
         rules = self.reason_sql(plan, request.key_columns)
@@ -137,6 +137,8 @@ class DuckDBLoader(WarehouseLoader):
         return rows
 
     def stage(self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str) -> dict[int, str]:
+        import duckdb
+
         cur.execute("SET preserve_insertion_order = true")
         cur.execute(f"DROP TABLE IF EXISTS {STAGE_TABLE}")
         awkward = self._awkward_bytes(request.path)

@@ -2,7 +2,7 @@
 
 Every page is empty and hands out a fresh ``nextPageToken``, or the tokens cycle. A listing must stop
 within ``max_pages`` pages (``AbmApiError(kind="paging")``), a cycle must be caught (even one longer
-than ``page_token_memory``, by the page bound), the sensor's poke must end, and the trigger must send
+than ``page_cursor_memory``, by the page bound), the sensor's poke must end, and the trigger must send
 its one terminal event soon after its deadline even while a poll is still paging.
 
 The servers cap the requests they answer (``max_requests``), so an old client that pages forever
@@ -111,7 +111,7 @@ async def test_async_listing_catches_a_token_cycle(connect: Any) -> None:
 
 def test_sync_cycle_longer_than_the_token_memory_is_bounded(connect: Any) -> None:
     with HostileServer(cycling(10), max_requests=200) as srv:
-        conn_id = connect(srv.url, **{**SETTINGS, "page_token_memory": 4})
+        conn_id = connect(srv.url, **{**SETTINGS, "page_cursor_memory": 4})
         err, elapsed = failure(sync_call(conn_id, "iter_folders"))
     assert_api_error(err, elapsed, kinds=None, within=15)
     assert srv.request_count <= MAX_PAGES + 1
@@ -120,7 +120,7 @@ def test_sync_cycle_longer_than_the_token_memory_is_bounded(connect: Any) -> Non
 
 async def test_async_cycle_longer_than_the_token_memory_is_bounded(connect: Any) -> None:
     with HostileServer(cycling(10), max_requests=200) as srv:
-        conn_id = connect(srv.url, **{**SETTINGS, "page_token_memory": 4})
+        conn_id = connect(srv.url, **{**SETTINGS, "page_cursor_memory": 4})
         err, elapsed = await afailure(async_call(conn_id, "iter_folders"))
     assert_api_error(err, elapsed, kinds=None, within=15)
     assert srv.request_count <= MAX_PAGES + 1

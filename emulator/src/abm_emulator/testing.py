@@ -159,6 +159,10 @@ class RunningEmulator:
         org: str = self.account_state(api_key)["crmOrgId"]
         return org
 
+    def airflow_connection(self, api_key: str | None = None) -> str:
+        """An ``abm`` Airflow connection to this emulator, as JSON for ``AIRFLOW_CONN_<ID>``."""
+        return json.dumps({"conn_type": "abm", "host": self.base_url, "password": api_key or self.api_key})
+
     def requests_seen(self) -> list[dict[str, Any]]:
         seen: list[dict[str, Any]] = self.admin("GET", "/_admin/requests")["requests"]
         return seen
