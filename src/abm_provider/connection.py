@@ -36,7 +36,7 @@ def _bound(
 
 @dataclass(frozen=True)
 class Limits:
-    """Every bound a hook puts on one call; the README's connection table documents each one."""
+    """Every bound a hook puts on one call; docs/connection.md documents each one."""
 
     max_attempts: int = field(
         default=5,

@@ -472,6 +472,31 @@ def test_a_failed_request_stops_the_sync_with_the_error(abm, tmp_path):
     assert 1 <= len(sent) <= 8
 
 
+@pytest.mark.parametrize(("status", "final"), [(404, True), (400, True), (503, False)])
+def test_an_error_no_retry_can_fix_fails_the_task_without_retries(abm, tmp_path, status, final):
+    """A 404 (no such list) or a 400 fails the task for good; a 5xx past max_attempts stays retryable."""
+    list_id = _make_list(abm, tmp_path)
+    abm.inject_fault(
+        method="POST",
+        path=f"/accountLists/v2/accountLists/{list_id}/accounts/remove",
+        kind="status",
+        status=status,
+        count=5,
+    )
+    operator = RemoveAccountsFromListOperator(
+        task_id="remove",
+        list_id=list_id,
+        accounts=[{"id": "001000000000001"}],
+        max_attempts=1,
+        rejects_base=str(tmp_path / "state"),
+    )
+    with pytest.raises(Exception, match=str(status)) as info:
+        operator.execute(_context(tmp_path))
+    assert isinstance(info.value, AirflowFailException) is final
+    if final:
+        assert f"remove accounts on list {list_id!r}" in str(info.value)
+
+
 def test_max_in_flight_is_checked_when_the_dag_is_parsed():
     with pytest.raises(ValueError, match="max_in_flight must be between 1 and 8, got 0"):
         AddAccountsToListOperator(task_id="add", list_id="l-1", accounts=[], max_in_flight=0)

@@ -5,8 +5,8 @@ through its operator (the hook for listing executions), and checks three things 
 whether it succeeded or failed (and with which exception and status), how many requests reached the
 faulted endpoint (so "retried", "reconciled without re-sending" and "not retried" are observed, not
 assumed), and the emulator's state afterwards (exactly one folder, list or job; the right membership;
-the right bytes in the file; nothing half-written). The README's "What happens when..." table is
-rendered from the same table, and a test fails when the two differ; regenerate it with
+the right bytes in the file; nothing half-written). The "What happens when..." table of
+docs/reliability.md is rendered from the same table, and a test fails when the two differ; regenerate it with
 ``.venv/bin/python tests/reliability/test_fault_matrix.py``.
 """
 
@@ -24,8 +24,8 @@ from typing import Any, Literal
 import pytest
 import requests
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-#: The README's generated table stands between these two lines.
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
+#: The page's generated table stands between these two lines.
 BEGIN, END = "<!-- fault-matrix:begin -->", "<!-- fault-matrix:end -->"
 EXPORT_TYPE = "TACTIC_PERFORMANCE"
 CRM_ORG = "00D000000000001"
@@ -544,7 +544,7 @@ def _cell_text(expected: Expected) -> str:
 
 
 def render_markdown() -> str:
-    """The README's "What happens when..." table, rendered from ``EXPECTED``."""
+    """The page's "What happens when..." table, rendered from ``EXPECTED``."""
     lines = [
         BEGIN,
         "<!-- Generated from tests/reliability/test_fault_matrix.py; do not edit by hand.",
@@ -574,15 +574,16 @@ def render_markdown() -> str:
     return "\n".join(lines)
 
 
-def readme_block(text: str) -> str:
-    """The generated part of the README, markers included."""
+def page_block(text: str) -> str:
+    """The generated part of the page, markers included."""
     start, end = text.index(BEGIN), text.index(END) + len(END)
     return text[start:end]
 
 
-def test_readme_table_matches_the_tested_table() -> None:
-    assert readme_block(README.read_text(encoding="utf-8")) == render_markdown(), (
-        "README.md's fault table is out of date: run .venv/bin/python tests/reliability/test_fault_matrix.py"
+def test_the_documented_table_matches_the_tested_table() -> None:
+    assert page_block(PAGE.read_text(encoding="utf-8")) == render_markdown(), (
+        "docs/reliability.md's fault table is out of date: "
+        "run .venv/bin/python tests/reliability/test_fault_matrix.py"
     )
 
 
@@ -688,6 +689,6 @@ def test_a_delayed_create_still_happens_after_the_client_gave_up(abm: Any) -> No
 
 
 if __name__ == "__main__":
-    text = README.read_text(encoding="utf-8")
-    README.write_text(text.replace(readme_block(text), render_markdown()), encoding="utf-8")
-    sys.stdout.write(f"wrote the fault table into {README}\n")
+    text = PAGE.read_text(encoding="utf-8")
+    PAGE.write_text(text.replace(page_block(text), render_markdown()), encoding="utf-8")
+    sys.stdout.write(f"wrote the fault table into {PAGE}\n")

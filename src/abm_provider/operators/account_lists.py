@@ -44,6 +44,7 @@ from abm_provider.operators._base import (
     ACCOUNT_LISTS_COLOR,
     ACCOUNT_SOURCE_RENDERERS,
     AbmBaseOperator,
+    fail_if_final,
     is_deferred,
     is_xcom_arg,
 )
@@ -553,7 +554,11 @@ class _ListMembershipOperator(AbmBaseOperator):
                     raise AirflowFailException(str(err)) from err
                 batches = iter_batches(counted(opened.rows), validator, self.batch_size, on_invalid)
                 with fewer_collections():
-                    self._send_all(batches, totals, rejects, progress)
+                    try:
+                        self._send_all(batches, totals, rejects, progress)
+                    except AbmApiError as err:
+                        fail_if_final(err, f"{self.action} accounts on list {self.list_id!r}")
+                        raise
 
         progress.log_now(totals)
         rejects_path = str(target) if rejects.written else None
@@ -641,7 +646,7 @@ class AddAccountsToListOperator(_ListMembershipOperator):
     ``line`` of a CSV source, ``record`` number, ``reason``, ``raw`` row as JSON): ``rejects_path``
     if given, else ``<rejects_base or [abm] state_dir>/rejects/<dag_id>/<run_id>/<task_id>/try_<n>.csv``.
 
-    :param list_id: list to add to (templated; typically ``create_list.output["listId"]``).
+    :param list_id: list to add to (templated; typically ``create_list.output["list_id"]``).
     :param column_map: ``{api_field: source_column}`` for ``id``, ``name``, ``crmOrgId``, ``crmType``.
     :param max_rejected: invalid rows tolerated: an int is a count, checked as each invalid row is met
         so the task fails as soon as there are more (default 0); a float in [0, 1) is a share of all

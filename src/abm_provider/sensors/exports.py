@@ -63,7 +63,7 @@ class ExecutionCompleteSensor(AbmHookSettings, BaseSensorOperator):
         (hook default if None); ``max_wait`` is the sensor's own cap on back-off between pokes.
         ``request_max_wait`` is its deprecated name.
     :param request_timeout: total deadline of one request in seconds (hook default if None).
-    :param hook_params: any other hook setting (``max_pages``...), see the README's connection table.
+    :param hook_params: any other hook setting (``max_pages``...), see docs/connection.md.
 
     Errors the hook still sees after its retries (the service down for longer than the back-off) do
     not fail the sensor: it logs them and looks again at the next poke, within ``timeout``. Errors
