@@ -24,8 +24,10 @@ import pytest
 import requests
 import tomllib
 
+import abm_provider
+
 ROOT = Path(__file__).resolve().parents[1]
-VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+VERSION = abm_provider.__version__
 STDLIB = set(sys.stdlib_module_names)
 
 
@@ -88,6 +90,16 @@ def test_the_provider_wheel_holds_the_provider_and_its_types_only(wheels: dict[s
     text = zipfile.ZipFile(wheels["airflow_provider_abm"]).read(entry_points).decode()
     assert "provider_info = abm_provider:get_provider_info" in text
     assert "abm-emulator" not in text
+
+
+def test_the_emulator_extra_asks_for_this_repositorys_emulator(wheels: dict[str, Path]) -> None:
+    emulator = tomllib.loads((ROOT / "emulator" / "pyproject.toml").read_text())["project"]["version"]
+    assert wheels["abm_emulator"].name.startswith(f"abm_emulator-{emulator}-")
+    assert wheels["airflow_provider_abm"].name.startswith(f"airflow_provider_abm-{VERSION}-")
+    metadata = zipfile.ZipFile(wheels["airflow_provider_abm"]).read(
+        f"airflow_provider_abm-{VERSION}.dist-info/METADATA"
+    )
+    assert f"Requires-Dist: abm-emulator=={emulator}; extra == 'emulator'" in metadata.decode()
 
 
 def test_the_emulator_wheel_has_its_command_and_pytest_plugin(wheels: dict[str, Path]) -> None:

@@ -200,14 +200,17 @@ def renamed(given: Mapping[str, Any], owner: str) -> dict[str, Any]:
 _TRANSIENT_TEST_ID = re.compile(r"[A-Za-z0-9]{8}")
 
 
-def connection_name(conn_id: str) -> str:
-    """How a message names a connection: ``connection 'abm_prod'``, or ``this connection``.
+def is_test_copy(conn_id: str) -> bool:
+    """Whether ``conn_id`` is the throwaway id under which Airflow's connection test runs a form.
 
-    The second when ``conn_id`` is the throwaway id of a connection test, which means nothing to the
-    person who pressed Test (the form being tested may not even be saved yet).
+    That id means nothing to the person who pressed Test (the form may not even be saved yet).
     """
-    transient = _TRANSIENT_TEST_ID.fullmatch(conn_id) and f"AIRFLOW_CONN_{conn_id.upper()}" in os.environ
-    return "this connection" if transient else f"connection {conn_id!r}"
+    return bool(_TRANSIENT_TEST_ID.fullmatch(conn_id)) and f"AIRFLOW_CONN_{conn_id.upper()}" in os.environ
+
+
+def connection_name(conn_id: str) -> str:
+    """How a message names a connection: ``connection 'abm_prod'``, or ``this connection`` for a test copy."""
+    return "this connection" if is_test_copy(conn_id) else f"connection {conn_id!r}"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import requests
 import tenacity
 from airflow.sdk import BaseHook
 
-from abm_provider.connection import AbmSettings, Limits, connection_name, renamed
+from abm_provider.connection import AbmSettings, Limits, connection_name, is_test_copy, renamed
 from abm_provider.exceptions import AbmApiError
 from abm_provider.hooks._answers import (
     EXPORT_JOBS_PATH,
@@ -157,14 +157,13 @@ class AbmHook(_AbmHookBase):
         Each message names the base URL it tried, and the connection id only when it is the user's:
         the UI's Test button runs this under a random throwaway id (see ``connection_name``).
         """
-        name = connection_name(self.abm_conn_id)
         try:
             settings = self.settings
         except Exception as err:
             return False, f"Not tested: {err}"
         short = min(settings.limits.request_timeout, _TEST_CONNECTION_TIMEOUT)
         self._pipeline = Pipeline(settings.with_limits(max_attempts=1, request_timeout=short))
-        of = "" if name == "this connection" else f" of {name}"
+        of = "" if is_test_copy(self.abm_conn_id) else f" of {connection_name(self.abm_conn_id)}"
         try:
             self._call(folders_call(page_size=1))
         except AbmApiError as err:
