@@ -87,9 +87,15 @@ def test_poke_survives_503_and_429(job: Any, context: dict[str, Any]) -> None:
     assert statuses.count(503) == 3 and statuses.count(429) == 2 and statuses[-1] == 200
 
 
-def test_unknown_job_type_fails(abm: Any, context: dict[str, Any]) -> None:
-    with pytest.raises(Exception, match="404"):
-        _sensor(mode="poke", deferrable=False).execute(context)
+@pytest.mark.parametrize("deferrable", [False, True])
+def test_unknown_job_type_fails_for_good_in_every_mode(
+    abm: Any, context: dict[str, Any], deferrable: bool
+) -> None:
+    """A 404 no retry can fix fails without task retries (or skips with soft_fail), deferred or not."""
+    with pytest.raises(AirflowFailException, match="Could not list TACTIC_PERFORMANCE executions: .*404"):
+        _sensor(mode="poke", deferrable=deferrable).execute(context)
+    with pytest.raises(AirflowSkipException, match="404"):
+        _sensor(mode="poke", deferrable=deferrable, soft_fail=True).execute(context)
 
 
 def _executions(abm: Any) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 
 import pytest
+from airflow.sdk.exceptions import AirflowFailException
 
 from abm_provider.hooks._answers import folder_resource, list_resource
 from abm_provider.operators.account_lists import (
@@ -37,6 +38,7 @@ from abm_provider.operators.account_lists import (
         ({"accounts": [], "max_rejected": 0.1, "max_rejected_fraction": 0.1}, "not both max_rejected and"),
         ({"accounts": [], "on_limit": "ignore"}, "on_limit must be 'fail' or 'warn'"),
         ({"accounts_path": "/data/accounts.json"}, "set file_format"),
+        ({"accounts_path": "{{ params.path }}", "file_format": "xlsx"}, "file_format must be 'csv' or"),
         ({"accounts": [], "rejects_path": "/a.csv", "rejects_base": "/b"}, "not both"),
     ],
 )
@@ -48,6 +50,13 @@ def test_membership_operator_refuses_bad_arguments(operator, kwargs, message):
 def test_templated_path_is_not_format_checked_until_rendered():
     op = AddAccountsToListOperator(task_id="t", list_id="l", accounts_path="{{ params.path }}")
     assert op.accounts_path == "{{ params.path }}"
+
+
+def test_a_rendered_path_of_no_known_format_fails_without_retries():
+    op = AddAccountsToListOperator(task_id="t", list_id="l", accounts_path="{{ params.path }}")
+    op.accounts_path = "/data/accounts.json"  # as rendered
+    with pytest.raises(AirflowFailException, match="set file_format"):
+        op.build_source({})
 
 
 @pytest.mark.parametrize("operator", [CreateAccountListFolderOperator, CreateAccountListOperator])

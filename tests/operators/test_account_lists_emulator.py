@@ -409,6 +409,32 @@ def test_missing_id_column_fails_before_any_request(abm, tmp_path):
     assert _member_ids(abm, list_id) == set()
 
 
+@pytest.mark.parametrize(
+    ("rendered", "message"),
+    [
+        ({"column_map": {"ident": "account_id"}}, "ident"),
+        ({"default_crm_org_id": "   "}, "default_crm_org_id must be a non-empty string"),
+    ],
+)
+def test_a_templated_argument_that_renders_bad_fails_without_retries(abm, tmp_path, rendered, message):
+    """Checked at parse when literal; once rendered the value is final, so no task retry can help."""
+    list_id = _make_list(abm, tmp_path)
+    operator = AddAccountsToListOperator(
+        task_id="add",
+        list_id=list_id,
+        accounts=[{"account_id": "001000000000001"}],
+        column_map="{{ params.column_map }}",
+        default_crm_org_id="{{ params.org }}",
+    )
+    operator.column_map, operator.default_crm_org_id = {"id": "account_id"}, None  # as rendered
+    for name, value in rendered.items():
+        setattr(operator, name, value)
+    before = len(abm.requests_seen())
+    with pytest.raises(AirflowFailException, match=message):
+        operator.execute(_context(tmp_path))
+    assert abm.requests_seen()[before:] == []
+
+
 # --- requests in flight ------------------------------------------------------------------------------
 
 

@@ -352,7 +352,9 @@ class _ListMembershipOperator(AbmBaseOperator):
         check_in_flight(max_in_flight)
         if column_map is not None and isinstance(column_map, Mapping):
             normalise_column_map(column_map)
-        if accounts_path is not None and file_format is None and "{{" not in str(accounts_path):
+        if file_format is not None and "{{" not in str(file_format):
+            detect_file_format("", file_format)
+        elif accounts_path is not None and file_format is None and "{{" not in str(accounts_path):
             detect_file_format(str(accounts_path))
         if not is_deferred(list_id):
             _check_id(list_id, "list_id")
@@ -453,7 +455,10 @@ class _ListMembershipOperator(AbmBaseOperator):
                 )
             return IterableSource(accounts)
         if self.accounts_path is not None:
-            return open_file_source(self.accounts_path, self.file_format, read_batch_size=self.batch_size)
+            try:  # a rendered path or format that does not name CSV or Parquet: final
+                return open_file_source(self.accounts_path, self.file_format, read_batch_size=self.batch_size)
+            except ValueError as err:
+                raise AirflowFailException(str(err)) from err
         assert self.sql is not None and self.sql_conn_id is not None
         return SqlSource(
             self.sql,
@@ -499,12 +504,15 @@ class _ListMembershipOperator(AbmBaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         """Stream, validate, batch and send; write rejects as they appear; return a summary."""
         _fail_on_bad_argument(_check_id, self.list_id, "list_id")
-        validator = AccountValidator(
-            self.column_map,
-            fields=self.api_fields,
-            default_crm_type=self.default_crm_type,
-            default_crm_org_id=self.default_crm_org_id,
-        )
+        try:  # column_map and default_crm_org_id are templated: rendered, they are final
+            validator = AccountValidator(
+                self.column_map,
+                fields=self.api_fields,
+                default_crm_type=self.default_crm_type,
+                default_crm_org_id=self.default_crm_org_id,
+            )
+        except (TypeError, ValueError) as err:
+            raise AirflowFailException(str(err)) from err
         source = self.build_source(context)
         target = self.rejects_target(context)
         totals = {"rows": 0, "sent": 0, "added": 0, "duplicates": 0, "not_found": 0, "batches": 0}

@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import (
     AirflowSkipException,
 )
 
+from abm_provider.exceptions import AbmApiError
 from abm_provider.operators._base import AbmHookSettings
 from abm_provider.triggers.exports import (
     ExecutionCompleteTrigger,
@@ -132,9 +133,11 @@ class ExecutionCompleteSensor(AbmHookSettings, BaseSensorOperator):
         """Done with the COMPLETE execution as XCom; raise on a FAILED one; else not yet."""
         try:
             verdict = self.check()
-        except Exception as err:
+        except AbmApiError as err:
             if not is_retryable(err):
-                raise
+                # Final (401, 403, 404 for an unknown export type...): the same ending as the
+                # trigger's error event, so every mode fails alike and soft_fail holds.
+                self._fail(f"Could not list {self.export_type} executions: {err}")
             self.log.warning("Could not list %s executions (%s); will look again", self.export_type, err)
             return PokeReturnValue(is_done=False)
         return self._decide(verdict)
