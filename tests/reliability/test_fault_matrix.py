@@ -443,8 +443,9 @@ HOW = {
     "reposted": "the create's outcome was unknown; it was sent again and the service refuses a duplicate "
     "(409), which the operator treats as the job existing",
     "resumed": "the download continued from the byte where it broke (`Range` + `If-Match`)",
-    "refused": "not retried: the key was refused, the task fails with the status and a hint naming "
-    "the connection",
+    "refused": "not retried: the key was refused; an operator fails the task for good "
+    "(`AirflowFailException`, no task retries), the hook raises `AbmApiError`, each with the status "
+    "and a hint naming the connection",
     "link refused": "not retried: the storage refused the pre-signed link; the task fails with the "
     "status, and no file (not even a temporary one) is left",
     "short body": "not detected: the storage answered 200 with half the file and a `Content-Length` "
@@ -521,10 +522,10 @@ EXPECTED: dict[str, dict[str, Expected]] = {
         download=Expected("undetected", 1, "short body"),
     ),
     "401": _row(
-        create_folder=Expected("fail", 1, "refused", "AbmApiError", 401),
-        create_list=Expected("fail", 1, "refused", "AbmApiError", 401),
-        add_accounts=Expected("fail", 1, "refused", "AbmApiError", 401),
-        remove_accounts=Expected("fail", 1, "refused", "AbmApiError", 401),
+        create_folder=Expected("fail", 1, "refused", "AirflowFailException", 401),
+        create_list=Expected("fail", 1, "refused", "AirflowFailException", 401),
+        add_accounts=Expected("fail", 1, "refused", "AirflowFailException", 401),
+        remove_accounts=Expected("fail", 1, "refused", "AirflowFailException", 401),
         create_export_job=Expected("fail", 1, "refused", "AirflowFailException", 401),
         list_executions=Expected("fail", 1, "refused", "AbmApiError", 401),
         download=Expected("fail", 1, "link refused", "AbmApiError", 401),

@@ -152,6 +152,7 @@ class CreateAccountListFolderOperator(AbmBaseOperator):
             folder = self.hook.ensure_folder(self.folder_name, self.folder_access, self.if_exists)
         except AbmApiError as err:
             _raise_conflict(err)
+            fail_if_final(err, f"Folder {self.folder_name!r}")
             raise
         self.push(context, folder_id=folder["folderId"])
         return folder
@@ -191,6 +192,7 @@ class CreateAccountListOperator(AbmBaseOperator):
             found = self.hook.ensure_list(self.list_name, self.folder_id, self.if_exists)
         except AbmApiError as err:
             _raise_conflict(err)
+            fail_if_final(err, f"List {self.list_name!r} in folder {self.folder_id!r}")
             raise
         self.push(context, list_id=found["listId"])
         return found
