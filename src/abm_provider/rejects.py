@@ -286,3 +286,17 @@ def rejects_location(
     root = as_storage_path(base if base is not None else default_state_dir())
     task_part = _safe_key(task_id) + (f".{map_index}" if map_index is not None and map_index >= 0 else "")
     return root / "rejects" / _safe_key(dag_id) / _safe_key(run_id) / task_part / f"try_{try_number}.csv"
+
+
+def task_rejects_location(base: StoragePath | None, context: Any, operator: Any) -> ObjectStoragePath:
+    """:func:`rejects_location` for the running task instance (the operator's ids outside Airflow)."""
+    ti: Any = context.get("ti") or context.get("task_instance")
+    map_index = getattr(ti, "map_index", None)
+    return rejects_location(
+        base,
+        dag_id=getattr(ti, "dag_id", None) or operator.dag_id,
+        run_id=context.get("run_id") or getattr(ti, "run_id", None) or "manual",
+        task_id=getattr(ti, "task_id", None) or operator.task_id,
+        try_number=getattr(ti, "try_number", None) or 1,
+        map_index=map_index if map_index is not None else -1,
+    )

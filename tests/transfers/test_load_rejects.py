@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from pathlib import Path
 
 import pytest
@@ -252,3 +253,31 @@ def test_repeated_keys_into_a_new_table_are_found_and_counted_against_the_limit(
     assert native_warehouse.contents() == expected("TACTIC_PERFORMANCE", [later, rows[1], rows[2]])
     (reject,) = read_rejects(Path(out["rejects_path"]))
     assert reject["line"] == "2" and "duplicate natural key" in reject["reason"]
+
+
+def test_a_remote_source_keeps_its_rejects_under_the_state_dir_not_beside_a_temporary_copy(
+    warehouse, tmp_path, monkeypatch
+):
+    """A remote file is copied to a temporary file to load; its rejects must outlive that copy."""
+    from types import SimpleNamespace
+
+    import fsspec
+    from airflow.sdk import ObjectStoragePath
+    from airflow.sdk.io import attach
+
+    attach("memory", fs=fsspec.filesystem("memory"))  # a remote store that needs no server
+    path, loaded = messy_file(tmp_path / "messy.csv")
+    remote = ObjectStoragePath(f"memory://exports/{uuid.uuid4().hex}/messy.csv")
+    remote.parent.mkdir(parents=True, exist_ok=True)
+    remote.write_bytes(path.read_bytes())
+    monkeypatch.setenv("AIRFLOW__ABM__STATE_DIR", str(tmp_path / "state"))
+    ti = SimpleNamespace(dag_id="exports", task_id="load", run_id="manual__1", try_number=2, map_index=-1)
+    source = {**download_xcom(path, "m1"), "path": str(remote)}
+
+    out = warehouse.operator(source=source, max_rejected=10).execute(
+        context={"ti": ti, "run_id": "manual__1"}
+    )
+
+    assert warehouse.contents() == expected("TACTIC_PERFORMANCE", loaded)
+    assert out["rejects_path"] == str(tmp_path / "state/rejects/exports/manual__1/load/try_2.csv")
+    assert sorted(int(r["line"]) for r in read_rejects(Path(out["rejects_path"]))) == [2, 3, 4, 5, 6, 9, 10]

@@ -56,7 +56,7 @@ from abm_provider.rejects import (
     check_rejects,
     describe_reject,
     raw_json,
-    rejects_location,
+    task_rejects_location,
 )
 
 if TYPE_CHECKING:
@@ -474,15 +474,7 @@ class _ListMembershipOperator(AbmBaseOperator):
         """The rejects file: ``rejects_path`` as given, else keyed by dag/run/task/try under a base."""
         if self.rejects_path is not None:
             return as_storage_path(self.rejects_path)
-        ti: Any = context.get("ti") or context.get("task_instance")
-        return rejects_location(
-            self.rejects_base,
-            dag_id=getattr(ti, "dag_id", None) or self.dag_id,
-            run_id=context.get("run_id") or getattr(ti, "run_id", None) or "manual",
-            task_id=getattr(ti, "task_id", None) or self.task_id,
-            try_number=getattr(ti, "try_number", None) or 1,
-            map_index=getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1,
-        )
+        return task_rejects_location(self.rejects_base, context, self)
 
     def _deprecated(self, message: str) -> None:
         # Airflow's operator metaclass swaps this module's ``warnings`` for one that adds 2 to the

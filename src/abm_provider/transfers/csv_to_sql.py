@@ -25,7 +25,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from abm_provider.assets import warehouse_asset
 from abm_provider.lineage import table_dataset
-from abm_provider.rejects import Limit, check_limit, default_rejects_path
+from abm_provider.rejects import Limit, check_limit, default_rejects_path, task_rejects_location
 from abm_provider.warehouse import LoadRequest, Method, SchemaMismatch, loader_for
 from abm_provider.warehouse.ledger import DEFAULT_LEDGER_TABLE
 from abm_provider.warehouse.records import UnreadableFile, read_header
@@ -63,9 +63,11 @@ class ExecutionCsvToSqlOperator(BaseOperator):
     :param max_rejected: an int is a count of rejected records tolerated, a float in [0, 1) a
         fraction of all records, ``None`` no limit; past it the load fails without retries
         (:class:`~abm_provider.rejects.TooManyRejects`) and nothing is loaded. Default 0.
-    :param rejects_path: where rejected records go (default ``<source>.rejects.csv``), in the
-        rejects format of :mod:`abm_provider.rejects` (``line``, ``record``, ``reason``, ``raw``);
-        a load without rejects removes a file an earlier load left there.
+    :param rejects_path: where rejected records go, in the rejects format of
+        :mod:`abm_provider.rejects` (``line``, ``record``, ``reason``, ``raw``); a load without
+        rejects removes a file an earlier load left there. Default ``<source>.rejects.csv`` for a
+        local source; for a remote one, which is loaded from a temporary copy,
+        ``<[abm] state_dir>/rejects/<dag_id>/<run_id>/<task_id>/try_<n>.csv``.
     :param ledger_table: name of the ledger table, in the target's schema.
     :param method: ``"auto"`` (the warehouse's bulk path when known), ``"native"`` (fail when
         there is none) or ``"generic"`` (chunked ``executemany`` everywhere).
@@ -149,13 +151,19 @@ class ExecutionCsvToSqlOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         meta = self._source_meta()
         local, cleanup = self._local_copy(meta["path"])
+        if self.rejects_path:
+            rejects = Path(self.rejects_path)
+        elif cleanup is None:
+            rejects = default_rejects_path(local)
+        else:  # not beside a temporary copy that is about to go: where the list operators put theirs
+            rejects = Path(task_rejects_location(None, context, self).path)
         try:
-            return self._load(local, meta)
+            return self._load(local, meta, rejects)
         finally:
             if cleanup is not None:
                 cleanup.unlink(missing_ok=True)
 
-    def _load(self, path: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    def _load(self, path: Path, meta: dict[str, Any], rejects: Path) -> dict[str, Any]:
         export_type = self.export_type or meta.get("export_type")
         if not export_type:
             raise AirflowFailException(
@@ -167,7 +175,6 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         size = path.stat().st_size
         sha256 = meta.get("sha256") or _sha256(path)
         execution_id = meta.get("execution_id") or self.execution_id
-        rejects = Path(self.rejects_path) if self.rejects_path else default_rejects_path(path)
         request = LoadRequest(
             path=path,
             source=str(meta["path"]),
