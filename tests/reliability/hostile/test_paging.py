@@ -146,7 +146,12 @@ def test_sensor_poke_ends_on_an_endless_listing(
     assert srv.request_count <= MAX_PAGES + 1, f"one poke read {srv.request_count} pages"
     assert elapsed < 15
     if isinstance(outcome, Exception):
-        assert_api_error(outcome, elapsed, kinds={"paging"}, within=15)
+        # A listing that never ends is final: the sensor fails the task for good, naming the bound.
+        from airflow.sdk.exceptions import AirflowFailException
+
+        assert isinstance(outcome, AirflowFailException), repr(outcome)
+        assert f"did not end within max_pages={MAX_PAGES} pages" in str(outcome)
+        assert_api_error(outcome.__context__, elapsed, kinds={"paging"}, within=15)
     else:
         assert not outcome.is_done
     assert_no_secret(outcome if isinstance(outcome, Exception) else None, caplog)
