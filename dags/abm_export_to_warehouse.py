@@ -1,8 +1,13 @@
-"""Daily: make sure the export job exists, wait for a completed execution, download it, load it.
+"""Daily: make sure the export job exists, wait for a completed execution, load it while it downloads.
 
-The service restates the most recent 48 hours in every execution, so the load replaces rows by natural
-key instead of appending; re-running any day is safe. Every name below can be changed through the
-environment without editing this file, so the same DAG runs on the embedded defaults (emulator +
+One task downloads the execution and loads it: the warehouse reads the bytes as they arrive, the
+file is kept as an archive, and the load commits only once the download is complete and checked. The
+two-task form (DownloadExecutionCsvOperator, then ExecutionCsvToSqlOperator on its file) is in
+docs/warehouse-loading.md, for those who want the file before the load.
+
+The service restates the most recent 48 hours in every execution, so the load replaces rows by
+natural key instead of appending; re-running any day is safe. Every name below can be changed through
+the environment without editing this file, so the same DAG runs on the embedded defaults (emulator +
 DuckDB) and against the real service and PostgreSQL.
 """
 
@@ -18,7 +23,7 @@ from airflow.providers.common.sql.operators.sql import (
 )
 from airflow.sdk import DAG
 
-from abm_provider.operators.exports import CreateExportJobOperator, DownloadExecutionCsvOperator
+from abm_provider.operators.exports import CreateExportJobOperator
 from abm_provider.sensors.exports import ExecutionCompleteSensor
 from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
 
@@ -66,15 +71,10 @@ with DAG(
         timeout=int(timedelta(hours=20).total_seconds()),
     )
 
-    download_csv = DownloadExecutionCsvOperator(
-        task_id="download_csv",
-        abm_conn_id=ABM_CONN_ID,
-        execution=wait_for_execution.output,
-    )
-
     load_warehouse = ExecutionCsvToSqlOperator(
         task_id="load_warehouse",
-        source=download_csv.output,
+        source=wait_for_execution.output,
+        abm_conn_id=ABM_CONN_ID,
         sql_conn_id=WAREHOUSE_CONN_ID,
         table=TABLE,
         export_type=EXPORT_TYPE,
@@ -104,5 +104,5 @@ with DAG(
         ),
     )
 
-    ensure_export_job >> wait_for_execution >> download_csv >> load_warehouse
+    ensure_export_job >> wait_for_execution >> load_warehouse
     load_warehouse >> [check_rows, check_keys_not_null, check_no_duplicate_keys]

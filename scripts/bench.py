@@ -2,10 +2,12 @@
 
 Five sections, each against a real emulator process on free loopback ports (issue 8):
 
-1. ``export``: a TACTIC_PERFORMANCE export downloaded and loaded into DuckDB and PostgreSQL by
-   ``DownloadExecutionCsvOperator`` + ``ExecutionCsvToSqlOperator``, beside the ceiling (``curl`` to a
-   file, then DuckDB ``read_csv`` / ``psql \\copy``) and the hand-written ``requests`` + ``pandas`` +
-   ``to_sql`` baseline on a smaller export; then the provider on a 4x larger export for peak memory.
+1. ``export``: a TACTIC_PERFORMANCE export downloaded and loaded into DuckDB and PostgreSQL by one
+   ``ExecutionCsvToSqlOperator`` given the execution (the example DAG; it loads while it downloads),
+   beside the ceiling (``curl`` to a file, then DuckDB ``read_csv`` / ``psql \\copy``), the two-task
+   form (``DownloadExecutionCsvOperator``, then the load of the file) and the hand-written
+   ``requests`` + ``pandas`` + ``to_sql`` baseline on a smaller export; then the provider on a 4x
+   larger export for peak memory.
 2. ``lists``: accounts from a DuckDB table to a list with ``AddAccountsToListOperator`` beside a bare
    ``requests.Session`` loop posting the same 1000-account batches.
 3. ``waiting``: N ``ExecutionCompleteTrigger``s in one event loop until their execution completes,
@@ -373,8 +375,14 @@ class ExportSection:
             ("provider_postgres", "provider_export", "pg"),
         ]
         if with_ceiling:
-            plan.insert(1, ("ceiling_duckdb", "ceiling_duckdb", "duckdb"))
-            plan.append(("ceiling_postgres", "ceiling_postgres", "pg"))
+            plan = [
+                ("provider_duckdb", "provider_export", "duckdb"),
+                ("ceiling_duckdb", "ceiling_duckdb", "duckdb"),
+                ("two_tasks_duckdb", "provider_two_tasks", "duckdb"),
+                ("provider_postgres", "provider_export", "pg"),
+                ("ceiling_postgres", "ceiling_postgres", "pg"),
+                ("two_tasks_postgres", "provider_two_tasks", "pg"),
+            ]
         for number in range(1, runs + 1):
             for key, case, warehouse in plan:
                 if warehouse == "pg":
@@ -436,18 +444,30 @@ class ExportSection:
     ) -> None:
         bench, sizes = self.bench, self.bench.sizes
         rows = {
-            "provider_duckdb": export_row("provider -> DuckDB", sizes.export, main["provider_duckdb"]),
+            "provider_duckdb": export_row(
+                "provider -> DuckDB (one task, the example DAG)", sizes.export, main["provider_duckdb"]
+            ),
             "ceiling_duckdb": export_row(
                 "ceiling: curl + DuckDB read_csv", sizes.export, main["ceiling_duckdb"]
             ),
             "provider_postgres": export_row(
-                "provider -> PostgreSQL", sizes.export, main["provider_postgres"]
+                "provider -> PostgreSQL (one task, loading while downloading)",
+                sizes.export,
+                main["provider_postgres"],
             ),
             "ceiling_postgres": export_row(
                 "ceiling: curl + psql \\copy",
                 sizes.export,
                 main["ceiling_postgres"],
                 "RSS is the Python parent, not psql",
+            ),
+            "two_tasks_duckdb": export_row(
+                "two tasks -> DuckDB: download, then load the file", sizes.export, main["two_tasks_duckdb"]
+            ),
+            "two_tasks_postgres": export_row(
+                "two tasks -> PostgreSQL: download, then load the file",
+                sizes.export,
+                main["two_tasks_postgres"],
             ),
             "baseline": export_row("baseline: requests + pandas + to_sql", sizes.baseline, baseline),
             "provider_small": export_row("provider -> PostgreSQL", sizes.baseline, provider_small),

@@ -68,7 +68,40 @@ def curl_to_file(uri: str, target: Path) -> float:
 
 
 def provider_export(p: Params) -> Params:
-    """DownloadExecutionCsvOperator then ExecutionCsvToSqlOperator, as the example DAG runs them."""
+    """The example DAG's one task: ExecutionCsvToSqlOperator given the execution, loading as it downloads."""
+    from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
+
+    if p.get("duckdb_path"):
+        Path(p["duckdb_path"]).unlink(missing_ok=True)
+    archive = Path(p["base"]) / "streamed.csv"
+    for stale in (archive, archive.with_name(archive.name + ".manifest.json")):
+        stale.unlink(missing_ok=True)
+    load = ExecutionCsvToSqlOperator(
+        task_id="load",
+        source=p["execution"],
+        archive=str(archive),
+        sql_conn_id=p["conn_id"],
+        table=PROVIDER_TABLE,
+        export_type=p["export_type"],
+        force=True,
+        duckdb_memory_limit=p.get("duckdb_memory_limit"),
+        duckdb_threads=p.get("duckdb_threads"),
+    )
+    started = time.perf_counter()
+    result = load.execute(task_context("load"))
+    finished = time.perf_counter()
+    size = archive.stat().st_size
+    archive.unlink()
+    return {
+        "bytes": size,
+        "rows": int(result["rows_loaded"]),
+        "rows_rejected": int(result["rows_rejected"]),
+        "seconds": finished - started,
+    }
+
+
+def provider_two_tasks(p: Params) -> Params:
+    """The two-task form: DownloadExecutionCsvOperator, then ExecutionCsvToSqlOperator on the file."""
     from abm_provider.operators.exports import DownloadExecutionCsvOperator
     from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
 
@@ -467,6 +500,7 @@ def account_list_sync(p: Params) -> Params:
 
 CASES: dict[str, Callable[[Params], Params]] = {
     "provider_export": provider_export,
+    "provider_two_tasks": provider_two_tasks,
     "ceiling_duckdb": ceiling_duckdb,
     "ceiling_postgres": ceiling_postgres,
     "baseline_pandas": baseline_pandas,

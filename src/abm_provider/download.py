@@ -27,7 +27,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
 
 from airflow.sdk import ObjectStoragePath
@@ -366,29 +366,42 @@ KNOWN_COLUMN_TYPES: dict[str, str] = {
 }
 
 
-class _Pipe(io.RawIOBase):
-    """A bounded in-memory pipe: the download thread writes chunks, the converter thread reads them.
+class StreamBroken(Exception):
+    """The download feeding a :class:`BytePipe` failed: the bytes read so far are not the whole file.
 
-    At most ``max_chunks`` chunks wait in the queue, so a slow converter slows the download instead of
-    filling memory; if the converter dies, the writer is told instead of blocking forever.
+    Raised to the pipe's reader (a loader reading the export while it downloads), which rolls back;
+    ``__cause__`` is the download's own error.
     """
 
-    def __init__(self, max_chunks: int = 2) -> None:
+
+class BytePipe(io.RawIOBase):
+    """A bounded in-memory pipe: the download thread writes chunks, a consumer thread reads them.
+
+    At most ``max_chunks`` chunks wait in the queue, so a slow consumer slows the download instead of
+    filling memory; if the consumer dies, the writer is told instead of blocking forever. A consumer
+    that no longer needs the bytes calls :meth:`detach`, after which they are dropped (the download
+    goes on into its file at full speed); a failed download calls :meth:`fail`, and the reader gets
+    :class:`StreamBroken` once it has read what arrived before the failure.
+    """
+
+    def __init__(self, max_chunks: int = 2, *, what: str = "the consumer") -> None:
         super().__init__()
-        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=max_chunks)
+        self._queue: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=max_chunks)
         self._buffer = b""
         self._offset = 0
         self._eof = False
+        self._detached = False
+        self._what = what
         self.reader_error: BaseException | None = None
 
     def readable(self) -> bool:
         return True
 
-    def put(self, data: bytes) -> None:
+    def put(self, data: bytes | BaseException | None) -> None:
         """Queue a chunk (blocking while the queue is full); raise if the reader has failed."""
-        while True:
+        while not self._detached:
             if self.reader_error is not None:
-                raise RuntimeError(f"Parquet conversion failed: {self.reader_error}") from self.reader_error
+                raise RuntimeError(f"{self._what} failed: {self.reader_error}") from self.reader_error
             try:
                 self._queue.put(data, timeout=0.2)
                 return
@@ -397,13 +410,31 @@ class _Pipe(io.RawIOBase):
 
     def finish(self) -> None:
         """Mark the end of the stream."""
-        self.put(None)  # type: ignore[arg-type]
+        self.put(None)
+
+    def fail(self, error: BaseException) -> None:
+        """End the stream with the producer's error; never raises, nor blocks once the reader is gone."""
+        with contextlib.suppress(Exception):
+            while not self._detached and self.reader_error is None:
+                try:
+                    self._queue.put(error, timeout=0.2)
+                    return
+                except queue.Full:
+                    continue
+
+    def detach(self) -> None:
+        """The reader is done: drop every later chunk and release a writer blocked on a full queue."""
+        self._detached = True
+        self.drain()
 
     def _fill(self) -> bool:
         while self._offset >= len(self._buffer) and not self._eof:
             item = self._queue.get()
             if item is None:
                 self._eof = True
+            elif isinstance(item, BaseException):
+                self._eof = True
+                raise StreamBroken(f"the download broke: {item}") from item
             else:
                 self._buffer, self._offset = item, 0
         return self._offset < len(self._buffer)
@@ -422,6 +453,13 @@ class _Pipe(io.RawIOBase):
         buffer[: len(data)] = data
         return len(data)
 
+    def chunks(self) -> Iterator[bytes]:
+        """What remains, chunk by chunk as it arrives (no copy when nothing was read partly)."""
+        while self._fill():
+            chunk = self._buffer[self._offset :] if self._offset else self._buffer
+            self._offset = len(self._buffer)
+            yield chunk
+
     def read_header(self, limit: int = 1 << 20) -> bytes:
         """Read up to and including the first newline (the CSV header), then push it back."""
         collected = bytearray()
@@ -432,7 +470,7 @@ class _Pipe(io.RawIOBase):
             collected.extend(chunk)
         end = collected.find(b"\n") + 1 or len(collected)
         header, rest = bytes(collected[:end]), bytes(collected[end:])
-        # Push everything back: pyarrow reads the header itself.
+        # Push everything back: the reader reads the header itself.
         self._buffer = header + rest + self._buffer[self._offset :]
         self._offset = 0
         return header
@@ -467,7 +505,7 @@ class CsvToParquet:
         self.row_group_bytes = row_group_bytes
         self.rows = 0
         self.columns: list[str] = []
-        self._pipe = _Pipe()
+        self._pipe = BytePipe(what="Parquet conversion")
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="abm-csv-to-parquet", daemon=True)
         self._thread.start()

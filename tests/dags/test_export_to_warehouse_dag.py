@@ -131,8 +131,8 @@ def test_export_dag_loads_restates_and_reruns_idempotently(
     assert fired, "the export job was never created, so no execution was fired"
     assert trigger_runs, "the sensor never deferred: the inline trigger did not run"
     assert xcom(first, "wait_for_execution")["id"] == fired[0]["id"]
-    download_1 = xcom(first, "download_csv")
-    expected = file_rows(download_1["path"])
+    download_1 = xcom(first, "load_warehouse")  # one task: the load downloads, and keeps the archive
+    expected = file_rows(download_1["archive"])
     assert table_rows(warehouse) == expected
     assert ledger(warehouse) == [
         (fired[0]["id"], EXPORT_TYPE, download_1["sha256"], len(expected), download_1["bytes"])
@@ -143,8 +143,8 @@ def test_export_dag_loads_restates_and_reruns_idempotently(
     second_execution = emulator.fire(EXPORT_TYPE)
     second = run_dag(today - timedelta(days=2))
     assert xcom(second, "wait_for_execution")["id"] == second_execution["id"]
-    download_2 = xcom(second, "download_csv")
-    newer = file_rows(download_2["path"])
+    download_2 = xcom(second, "load_warehouse")
+    newer = file_rows(download_2["archive"])
     restated = [k for k in newer.keys() & expected.keys() if newer[k] != expected[k]]
     assert restated, "N+1 restates nothing, so this test would not notice an append"
     assert expected.keys() - newer.keys(), "N+1 covers every day of N, so no old row should survive"

@@ -66,8 +66,8 @@ _BEFORE_RENAME = """
     download.AtomicFile.commit = lambda self: wait_to_be_killed()
 """
 _BEFORE_MANIFEST = """
-    from abm_provider.operators import exports
-    exports.write_manifest = lambda target, data: wait_to_be_killed()
+    from abm_provider import fetch
+    fetch.write_manifest = lambda target, data: wait_to_be_killed()
 """
 DOWNLOAD_POINTS = {
     "mid_body_csv": (_AFTER_1_MIB, {}),

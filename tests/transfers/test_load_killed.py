@@ -33,13 +33,13 @@ KILL_POINTS = {
     # In the middle of streaming the file to COPY (PostgreSQL).
     "mid_copy": """
         from abm_provider.warehouse import postgres
-        original = postgres._chunks
-        def _chunks(*args, **kwargs):
+        original = postgres._progress
+        def _progress(*args, **kwargs):
             for number, chunk in enumerate(original(*args, **kwargs)):
                 if number == 2:
                     wait_to_be_killed()
                 yield chunk
-        postgres._chunks = _chunks
+        postgres._progress = _progress
     """,
 }
 

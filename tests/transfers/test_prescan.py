@@ -159,3 +159,44 @@ def test_vouching_agrees_with_the_rules(tmp_path: Path, rows: list[list[str]]) -
         assert vouched == len(rows)
     else:
         assert vouched is None
+
+
+def _order(path: Path, block_size: int | None = None) -> tuple[int | None, bool]:
+    from abm_provider.warehouse import prescan
+
+    order = prescan.KeyOrder()
+    if block_size is not None:  # small blocks: the comparison across batch boundaries is exercised
+        original, prescan.BLOCK_SIZE = prescan.BLOCK_SIZE, block_size
+    try:
+        count = vouch_all(path, HEADER, KINDS, KEYS, threading.Event(), order)
+    finally:
+        if block_size is not None:
+            prescan.BLOCK_SIZE = original
+    return count, order.increasing
+
+
+def _keyed(date: str, tactic: str) -> list[str]:
+    return [date, *GOOD[1:3], tactic, *GOOD[4:]]
+
+
+def test_keys_in_increasing_order_prove_that_none_repeats(tmp_path: Path) -> None:
+    rows = [_keyed(f"2026-10-0{day}", f"{tactic:08d}") for day in (1, 2, 3) for tactic in range(50)]
+    assert _order(_csv(tmp_path, rows), block_size=1024) == (150, True)
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["repeated in one batch", "repeated across batches", "out of order", "lower tactic next day is fine"],
+)
+def test_keys_that_repeat_or_go_back_prove_nothing(tmp_path: Path, where: str) -> None:
+    rows = [_keyed(f"2026-10-0{day}", f"{tactic:08d}") for day in (1, 2) for tactic in range(60)]
+    if where == "repeated in one batch":
+        rows.insert(3, rows[2])
+    elif where == "repeated across batches":
+        rows.append(rows[-1])
+    elif where == "out of order":
+        rows[10], rows[11] = rows[11], rows[10]
+    expect_increasing = where == "lower tactic next day is fine"
+    count, increasing = _order(_csv(tmp_path, rows), block_size=1024)
+    assert count == len(rows)
+    assert increasing is expect_increasing

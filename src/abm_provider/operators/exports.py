@@ -13,36 +13,18 @@ reader never sees a partial file; :mod:`abm_provider.download` holds those piece
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, BinaryIO, Literal, cast
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.sdk import ObjectStoragePath
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException
 
-from abm_provider.accounts import _safe_key, as_storage_path, default_state_dir
 from abm_provider.cron import InvalidScheduleError, validate_schedule
-from abm_provider.download import (
-    AtomicFile,
-    CsvToParquet,
-    HashingSink,
-    Progress,
-    check_integrity,
-    file_sha256,
-    is_local,
-    local_md5,
-    local_path,
-    md5_etag,
-    read_manifest,
-    remove_manifest,
-    remove_stale_temps,
-    write_manifest,
-)
+from abm_provider.fetch import DownloadIfExists, ExecutionDownload, execution_inputs
 from abm_provider.operators._base import AbmBaseOperator, fail_if_final, is_deferred
 from abm_provider.operators.account_lists import _check_id, _fail_on_bad_argument
-from abm_provider.urls import UnsafeUrlError, check_url, safe_url
+from abm_provider.urls import check_url
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -50,7 +32,6 @@ if TYPE_CHECKING:
     from abm_provider.hooks.abm import AbmHook
 
 ExportJobIfExists = Literal["ignore", "fail"]
-DownloadIfExists = Literal["skip", "overwrite"]
 
 
 class CreateExportJobOperator(AbmBaseOperator):
@@ -106,14 +87,6 @@ class CreateExportJobOperator(AbmBaseOperator):
         except AbmApiError as err:
             fail_if_final(err, f"Export job {self.export_type} with schedule {schedule!r}")
             raise
-
-
-def _uri_stem(uri: str) -> str:
-    """A file name stem from a link's last path segment, for a URI given without an execution id."""
-    name = os.path.basename(urlsplit(uri).path) or "export"
-    for suffix in (".csv", ".CSV"):
-        name = name.removesuffix(suffix)
-    return _safe_key(name)
 
 
 class DownloadExecutionCsvOperator(AbmBaseOperator):
@@ -218,271 +191,41 @@ class DownloadExecutionCsvOperator(AbmBaseOperator):
 
     # -- inputs ----------------------------------------------------------------------------------
 
-    def _inputs(self) -> tuple[dict[str, Any], str | None, str | None, str | None]:
-        """(execution, link, execution id, export type) from whichever input was given."""
-        execution: dict[str, Any] = {}
-        if self.execution is not None:
-            if not isinstance(self.execution, Mapping):
-                raise AirflowFailException(
-                    "execution must be an execution dict (the sensor's XCom), "
-                    f"got {type(self.execution).__name__}"
-                )
-            execution = dict(self.execution)
-            state = execution.get("state")
-            if state is not None and str(state).upper() != "COMPLETE":
-                raise AirflowFailException(
-                    f"Execution {execution.get('id')} is {state}, not COMPLETE; there is nothing to download"
-                )
-        uri = self.download_uri or execution.get("downloadUri") or None
-        execution_id = self.execution_id or execution.get("id") or None
-        export_type = self.export_type or execution.get("exportId") or execution.get("type") or None
-        return execution, uri, execution_id, export_type
+    def _download(self) -> ExecutionDownload:
+        return ExecutionDownload(
+            log=self.log,
+            destination=self.destination,
+            base=self.base,
+            to_parquet=self.to_parquet,
+            if_exists=self.if_exists,
+            etag_is_md5=self.etag_is_md5,
+            chunk_size=self.chunk_size,
+            progress_interval=self.progress_interval,
+            dag_id=self.dag_id if self.has_dag() else None,
+        )
 
     def target(self, context: Context, execution_id: str | None, uri: str) -> ObjectStoragePath:
         """The destination file: as given, else keyed by dag, run and execution under ``base``."""
-        if self.destination is not None:
-            return as_storage_path(self.destination)
-        ti: Any = context.get("ti") or context.get("task_instance")
-        dag_id = getattr(ti, "dag_id", None) or (self.dag_id if self.has_dag() else "adhoc")
-        run_id = context.get("run_id") or getattr(ti, "run_id", None) or "manual"
-        name = _safe_key(execution_id) if execution_id else _uri_stem(uri)
-        suffix = ".parquet" if self.to_parquet else ".csv"
-        root = as_storage_path(self.base if self.base is not None else default_state_dir())
-        return root / "exports" / _safe_key(dag_id) / _safe_key(str(run_id)) / f"{name}{suffix}"
+        return self._download().target(context, execution_id, uri)
 
     # -- execution -------------------------------------------------------------------------------
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Check the link, skip if already done, download to a temporary name, check, publish."""
-        from abm_provider.exceptions import AbmApiError
-
-        execution, uri, execution_id, export_type = self._inputs()
+        execution, uri, execution_id, export_type = execution_inputs(
+            self.execution, self.download_uri, self.execution_id, self.export_type
+        )
+        download = self._download()
         hook = self.hook
-        if not uri:
-            if not (export_type and execution_id):
-                raise AirflowFailException(
-                    "No downloadUri: the execution has none and no export_type/execution_id to look it up"
-                )
-            uri = self._fresh_uri(hook, export_type, execution_id)
-        try:
-            uri = check_url(uri, "downloadUri")
-        except UnsafeUrlError as err:
-            raise AirflowFailException(str(err)) from err
-        target = self.target(context, execution_id, uri)
-        fmt = "parquet" if self.to_parquet else "csv"
+        uri = download.link(hook, uri, export_type, execution_id)
+        target = download.target(context, execution_id, uri)
         base_result = {
             "execution_id": execution_id,
             "export_type": export_type,
-            "format": fmt,
+            "format": download.format,
             "update_time": execution.get("updateTime"),
         }
-        done = self._already_downloaded(target, execution_id, fmt)
+        done = download.already_downloaded(target, execution_id)
         if done is not None:
             return {**base_result, **done}
-
-        for attempt in (1, 2):
-            try:
-                return {**base_result, **self._fetch(hook, uri, target, execution_id, export_type)}
-            except AbmApiError as err:
-                # 403: the pre-signed link expired. 412: the file changed between resumed requests, so
-                # the bytes so far are useless. Both are fixed once by a fresh link and a fresh start.
-                if err.http_status not in (403, 412) or attempt == 2:
-                    raise
-                if not (export_type and execution_id):
-                    if err.http_status == 412:
-                        self.log.warning("The file changed during the download (412); starting again")
-                        continue
-                    raise AirflowFailException(
-                        f"The download link was refused (403, probably expired) and cannot be renewed "
-                        f"without export_type and execution_id: {err}"
-                    ) from err
-                self.log.warning(
-                    "Download of execution %s answered %s (%s); reading the execution again for a fresh link",
-                    execution_id,
-                    err.http_status,
-                    "link expired" if err.http_status == 403 else "file changed",
-                )
-                uri = self._fresh_uri(hook, export_type, execution_id)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _fresh_uri(self, hook: AbmHook, export_type: str, execution_id: str) -> str:
-        """The execution's current link, from the executions endpoint (links expire; executions do not)."""
-        for item in hook.iter_executions(export_type, order_by="updateTime desc"):
-            if item.get("id") != execution_id:
-                continue
-            link = item.get("downloadUri")
-            if item.get("state") != "COMPLETE" or not link:
-                raise AirflowFailException(
-                    f"Execution {execution_id} is {item.get('state')} with no downloadUri; cannot download it"
-                )
-            return str(link)
-        raise AirflowFailException(
-            f"Execution {execution_id} is no longer listed among the {export_type} executions; "
-            "cannot renew its download link"
-        )
-
-    def _already_downloaded(
-        self, target: ObjectStoragePath, execution_id: str | None, fmt: str
-    ) -> dict[str, Any] | None:
-        """The earlier result if ``target`` verifiably holds this execution already, else ``None``."""
-        if self.if_exists != "skip" or not execution_id:
-            return None
-        manifest = read_manifest(target)
-        if manifest is None:
-            return None
-        if manifest.get("execution_id") != execution_id or manifest.get("format") != fmt:
-            self.log.info(
-                "%s holds execution %s (%s); replacing it with execution %s",
-                target,
-                manifest.get("execution_id"),
-                manifest.get("format"),
-                execution_id,
-            )
-            return None
-        sha, size = file_sha256(target)
-        if sha != manifest.get("file_sha256") or size != manifest.get("file_bytes"):
-            self.log.warning(
-                "%s does not match its manifest (sha256 %s, %d bytes); downloading again", target, sha, size
-            )
-            return None
-        self.log.info(
-            "%s already holds execution %s (%d bytes, sha256 %s); skipping the download",
-            target,
-            execution_id,
-            size,
-            sha,
-        )
-        return {
-            "path": self._display(target),
-            "bytes": manifest.get("bytes"),
-            "sha256": manifest.get("sha256"),
-            "rows": manifest.get("rows"),
-            "etag": manifest.get("etag"),
-            "resumed": 0,
-            "skipped": True,
-        }
-
-    @staticmethod
-    def _display(target: ObjectStoragePath) -> str:
-        return local_path(target) if is_local(target) else str(target)
-
-    def _fetch(
-        self,
-        hook: AbmHook,
-        uri: str,
-        target: ObjectStoragePath,
-        execution_id: str | None,
-        export_type: str | None,
-    ) -> dict[str, Any]:
-        """One download into a temporary file; published only when complete and checked."""
-        label = f"Download of execution {execution_id or safe_url(uri)}"
-        self.log.info("%s to %s", label, target)
-        stale = remove_stale_temps(target)
-        if stale:
-            self.log.warning(
-                "Removed %d temporary file(s) an interrupted earlier try left: %s", len(stale), stale
-            )
-        with AtomicFile(target) as out:
-            converter = CsvToParquet(out.open()) if self.to_parquet else None
-            # The CSV's MD5 (for etag_is_md5) is computed inline only where it cannot be read back
-            # cheaply afterwards: when it is converted, or when the temporary file is remote.
-            inline_md5 = self.etag_is_md5 and (converter is not None or not is_local(target))
-            if converter is not None:
-                sink = HashingSink(converter.write, md5=inline_md5)
-            else:
-
-                def restart() -> None:
-                    out.reopen()
-
-                # out.open() is looked up per chunk: a restarted transfer writes to a fresh temp file.
-                sink = HashingSink(
-                    lambda data: out.open().write(data),
-                    restart=restart,
-                    md5=inline_md5,
-                    copy=not is_local(target),
-                )
-            progress = Progress(self.log, label, self.progress_interval)
-            try:
-                result = hook.download(
-                    uri, cast("BinaryIO", sink), chunk_size=self.chunk_size, on_progress=progress
-                )
-                rows = converter.close() if converter is not None else None
-            except BaseException:
-                if converter is not None:
-                    converter.abort()
-                raise
-            if sink.md5 is not None:
-                md5_hex: str | None = sink.md5.hexdigest()
-            elif self.etag_is_md5 and md5_etag(result.etag) is not None:
-                out.open().flush()
-                md5_hex = local_md5(local_path(out.temp))
-            else:
-                md5_hex = None
-            try:
-                etag_checked = check_integrity(
-                    written=sink.count,
-                    content_length=result.content_length,
-                    etag=result.etag,
-                    md5_hex=md5_hex,
-                    what=label,
-                )
-            except ValueError as err:
-                raise AirflowException(str(err)) from err
-            if result.bytes != sink.count:
-                raise AirflowException(
-                    f"{label}: the hook reports {result.bytes} bytes but {sink.count} reached the file"
-                )
-            sha256 = result.sha256
-            remove_manifest(target)
-            out.commit()
-        progress.log_now(sink.count, result.content_length)
-        if converter is not None:
-            file_sha, file_bytes = file_sha256(target)
-        else:
-            file_sha, file_bytes = sha256, self._stored_size(target)
-            if file_bytes != sink.count:
-                raise AirflowException(
-                    f"{label}: {target} holds {file_bytes} bytes, {sink.count} were written"
-                )
-        summary = {
-            "path": self._display(target),
-            "bytes": sink.count,
-            "sha256": sha256,
-            "rows": rows,
-            "etag": result.etag,
-            "resumed": result.resumed,
-            "skipped": False,
-        }
-        write_manifest(
-            target,
-            {
-                "execution_id": execution_id,
-                "export_type": export_type,
-                "format": "parquet" if self.to_parquet else "csv",
-                "bytes": sink.count,
-                "sha256": sha256,
-                "file_bytes": file_bytes,
-                "file_sha256": file_sha,
-                "rows": rows,
-                "etag": result.etag,
-                "source": safe_url(uri),
-            },
-        )
-        self.log.info(
-            "%s done: %d bytes in %.1fs (%.1f MiB/s), sha256 %s, resumed %d time(s)%s%s",
-            label,
-            sink.count,
-            progress.elapsed(),
-            progress.rate(sink.count) / 2**20,
-            sha256,
-            result.resumed,
-            ", ETag verified" if etag_checked else "",
-            f", {rows} rows to Parquet" if rows is not None else "",
-        )
-        return summary
-
-    @staticmethod
-    def _stored_size(target: ObjectStoragePath) -> int:
-        if is_local(target):
-            return os.stat(local_path(target)).st_size
-        return int(target.size())
+        return {**base_result, **download.run(hook, uri, target, execution_id, export_type)}

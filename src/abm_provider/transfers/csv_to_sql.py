@@ -24,8 +24,12 @@ from airflow.sdk import BaseHook, BaseOperator, ObjectStoragePath
 from airflow.sdk.exceptions import AirflowFailException
 
 from abm_provider.assets import warehouse_asset
+from abm_provider.download import is_local, local_path
+from abm_provider.fetch import ExecutionDownload, display, execution_inputs
 from abm_provider.lineage import table_dataset
 from abm_provider.rejects import Limit, check_limit, default_rejects_path, task_rejects_location
+from abm_provider.streaming import ExportStream
+from abm_provider.urls import safe_url
 from abm_provider.warehouse import LoadRequest, Method, SchemaMismatch, loader_for
 from abm_provider.warehouse.ledger import DEFAULT_LEDGER_TABLE
 from abm_provider.warehouse.records import UnreadableFile, read_header
@@ -48,9 +52,13 @@ class ExecutionCsvToSqlOperator(BaseOperator):
     """
     Load one export execution's CSV into ``table`` over a common-sql connection.
 
-    :param source: the download operator's XCom (a dict with ``path``, and usually ``sha256``,
-        ``bytes``, ``execution_id``, ``export_type``), or a path string / ``ObjectStoragePath``.
-        A remote ``ObjectStoragePath`` is first copied to a local temporary file in chunks.
+    :param source: what to load. The execution itself (the sensor's XCom: a dict with ``id``,
+        ``exportId`` and ``downloadUri``, or just a ``downloadUri``): the operator downloads it to
+        ``archive`` and, with ``stream`` on, the warehouse reads the bytes as they arrive (see
+        "Loading while downloading" below). Or a downloaded file: the download operator's XCom (a
+        dict with ``path``, and usually ``sha256``, ``bytes``, ``execution_id``, ``export_type``),
+        a path string or an ``ObjectStoragePath``; a remote one is first copied to a local temporary
+        file in chunks.
     :param sql_conn_id: any connection whose hook is a common-sql ``DbApiHook``.
     :param table: target table, ``table`` or ``schema.table``; created when missing.
     :param export_type: ``TACTIC_PERFORMANCE`` or ``DISPLAY_TACTIC_ACCOUNT_PERFORMANCE``; taken
@@ -74,6 +82,24 @@ class ExecutionCsvToSqlOperator(BaseOperator):
     :param duckdb_memory_limit: / ``duckdb_threads``: applied unless the connection sets them.
     :param chunk_rows: rows per ``executemany`` on the generic path.
     :param hook_params: extra keyword arguments for the connection's hook.
+    :param abm_conn_id: the ``abm`` connection that downloads an execution given as ``source`` (and
+        renews its link when it has expired).
+    :param archive: where an execution given as ``source`` is kept (templated): a path or an
+        ``ObjectStoragePath``. Default ``<[abm] state_dir>/exports/<dag_id>/<run_id>/<execution_id>.csv``,
+        as the download operator names it, with the same manifest, so a re-run that finds it
+        complete loads it without downloading again.
+    :param stream: load an execution while it downloads (default). Off, the file is downloaded first
+        and then loaded, in the same task.
+    :param etag_is_md5: also check the download's MD5 against a plain 32-hex-digit ``ETag``.
+
+    Loading while downloading: the bytes go to the archive's temporary file and, at the same time,
+    to the warehouse's bulk path (PostgreSQL ``COPY FROM STDIN``, with the Arrow pre-scan reading
+    beside it). DuckDB reads the archive once it is complete: its parallel reader over a file is
+    faster than any reader of a stream on two cores (docs/performance.md). The load commits only
+    after the download is complete and checked (length, ``ETag``, SHA-256 into the ledger). A download
+    that breaks for good or fails a check rolls the load back; the file is then downloaded again
+    (resuming dropped connections with ``Range``) and loaded from the archive. Dropped connections
+    during the stream are resumed in place, the bytes continuing the same ``ETag``.
     """
 
     template_fields: Sequence[str] = (
@@ -85,6 +111,8 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         "execution_id",
         "rejects_path",
         "ledger_table",
+        "abm_conn_id",
+        "archive",
     )
     ui_color = "#d7e8f5"
 
@@ -107,6 +135,10 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         duckdb_threads: int | None = None,
         chunk_rows: int = 10_000,
         hook_params: Mapping[str, Any] | None = None,
+        abm_conn_id: str = "abm_default",
+        archive: str | ObjectStoragePath | None = None,
+        stream: bool = True,
+        etag_is_md5: bool = False,
         **kwargs: Any,
     ) -> None:
         if on_schema_change not in _ON_SCHEMA_CHANGE:
@@ -139,6 +171,10 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         self.duckdb_threads = duckdb_threads
         self.chunk_rows = chunk_rows
         self.hook_params = dict(hook_params or {})
+        self.abm_conn_id = abm_conn_id
+        self.archive = archive
+        self.stream = stream
+        self.etag_is_md5 = etag_is_md5
         self._lineage: dict[str, Any] | None = None
 
     # ---- execution ------------------------------------------------------------------------------
@@ -149,21 +185,95 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         return connection.get_hook(hook_params=self.hook_params)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        execution = self._execution()
+        if execution is not None:
+            return self._load_execution(context, execution)
         meta = self._source_meta()
         local, cleanup = self._local_copy(meta["path"])
-        if self.rejects_path:
-            rejects = Path(self.rejects_path)
-        elif cleanup is None:
-            rejects = default_rejects_path(local)
-        else:  # not beside a temporary copy that is about to go: where the list operators put theirs
-            rejects = Path(task_rejects_location(None, context, self).path)
+        rejects = self._rejects(context, local, remote=cleanup is not None)
         try:
             return self._load(local, meta, rejects)
         finally:
             if cleanup is not None:
                 cleanup.unlink(missing_ok=True)
 
-    def _load(self, path: Path, meta: dict[str, Any], rejects: Path) -> dict[str, Any]:
+    def _rejects(self, context: Context, local: Path, *, remote: bool) -> Path:
+        if self.rejects_path:
+            return Path(self.rejects_path)
+        if not remote:
+            return default_rejects_path(local)
+        # not beside a temporary copy that is about to go: where the list operators put theirs
+        return Path(task_rejects_location(None, context, self).path)
+
+    # ---- an execution: download and load --------------------------------------------------------
+
+    def _execution(self) -> Mapping[str, Any] | None:
+        """The source when it is an execution (or its link) rather than a downloaded file."""
+        source = self.source
+        if isinstance(source, str) and source.lstrip().startswith("{"):
+            source = json.loads(source)
+        if not isinstance(source, Mapping) or source.get("path") or source.get("uri"):
+            return None
+        if source.get("downloadUri") or (source.get("id") and (source.get("exportId") or source.get("type"))):
+            return source
+        return None
+
+    def _load_execution(self, context: Context, execution: Mapping[str, Any]) -> dict[str, Any]:
+        from abm_provider.hooks.abm import AbmHook
+
+        _, uri, execution_id, export_type = execution_inputs(execution, None, None, None)
+        export_type = self.export_type or export_type
+        download = ExecutionDownload(
+            log=self.log,
+            destination=self.archive,
+            etag_is_md5=self.etag_is_md5,
+            dag_id=self.dag_id if self.has_dag() else None,
+        )
+        hook = AbmHook(self.abm_conn_id)
+        uri = download.link(hook, uri, export_type, execution_id)
+        target = download.target(context, execution_id, uri)
+        meta = {"path": display(target), "execution_id": execution_id, "export_type": export_type}
+        local = Path(local_path(target)) if is_local(target) else None
+        done = download.already_downloaded(target, execution_id)
+        if done is None and self.stream and local is not None:
+            stream = ExportStream(
+                lambda tee, received: download.run(
+                    hook, uri, target, execution_id, export_type, tee=tee, received=received
+                ),
+                log=self.log,
+                name=f"execution {execution_id or safe_url(uri)}",
+            )
+            try:
+                result = self._load(local, meta, self._rejects(context, local, remote=False), stream)
+            except Exception as exc:
+                stream.cancel()
+                if not stream.broken:
+                    raise
+                self.log.warning(
+                    "The load of %s while it downloaded was rolled back, nothing committed (%s); "
+                    "downloading the file again, then loading it",
+                    target,
+                    exc,
+                )
+            else:
+                return {**result, "archive": display(target), "streamed": stream.read_as_it_arrived}
+        if done is None:
+            done = download.run(hook, uri, target, execution_id, export_type)
+        meta["sha256"] = done.get("sha256")
+        if local is not None:
+            result = self._load(local, meta, self._rejects(context, local, remote=False))
+            return {**result, "archive": display(target), "streamed": False}
+        copy, cleanup = self._local_copy(target)
+        try:
+            result = self._load(copy, meta, self._rejects(context, copy, remote=True))
+        finally:
+            if cleanup is not None:
+                cleanup.unlink(missing_ok=True)
+        return {**result, "archive": display(target), "streamed": False}
+
+    def _load(
+        self, path: Path, meta: dict[str, Any], rejects: Path, stream: ExportStream | None = None
+    ) -> dict[str, Any]:
         export_type = self.export_type or meta.get("export_type")
         if not export_type:
             raise AirflowFailException(
@@ -172,8 +282,8 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         schema = export_schema(str(export_type))
         keys = self._key_columns(schema.natural_key)
         table = TableName.parse(self.table)
-        size = path.stat().st_size
-        sha256 = meta.get("sha256") or _sha256(path)
+        size = path.stat().st_size if stream is None else 0
+        sha256 = meta.get("sha256") or ("" if stream is not None else _sha256(path))
         execution_id = meta.get("execution_id") or self.execution_id
         request = LoadRequest(
             path=path,
@@ -189,6 +299,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
             force=self.force,
             on_schema_change="add_columns" if self.on_schema_change == "add_columns" else "fail",
             max_rejected=self.max_rejected,
+            stream=stream,
         )
         hook = self.get_db_hook()
         loader = loader_for(
@@ -200,16 +311,16 @@ class ExecutionCsvToSqlOperator(BaseOperator):
             log=self.log,
         )
         self.log.info(
-            "Loading %s (%.1f MB, execution %s, %s) into %s via %s",
+            "Loading %s (%s, execution %s, %s) into %s via %s",
             path,
-            size / (1 << 20),
+            f"{size / (1 << 20):.1f} MB" if stream is None else "while it downloads",
             request.execution_id,
             schema.export_type,
             table,
             loader.method,
         )
         try:
-            result = loader.load(request, read_header(path))
+            result = loader.load(request, read_header(path) if stream is None else None)
         except (UnreadableFile, SchemaMismatch) as exc:
             # A broken file or a schema change: retrying the same file cannot succeed. Too many bad
             # records raise TooManyRejects, an AirflowFailException already.
@@ -225,7 +336,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
                 result.rows_rejected,
                 f", see {result.rejects_path}" if result.rejects_path else "",
                 result.seconds,
-                size / (1 << 20) / max(result.seconds, 1e-6),
+                request.size / (1 << 20) / max(result.seconds, 1e-6),
             )
         self._lineage = {"hook": hook, "path": str(path), "table": table, "schema": schema, "result": result}
         return result.to_xcom()

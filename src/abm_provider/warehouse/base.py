@@ -29,14 +29,14 @@ import datetime as dt
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 from abm_provider.rejects import Limit, RejectsWriter, check_rejects, describe_reject
 from abm_provider.warehouse import ledger
-from abm_provider.warehouse.records import locate
+from abm_provider.warehouse.records import locate, parse_header, read_header
 from abm_provider.warehouse.schema import (
     EXECUTION_ID_COLUMN,
     LINEAGE_COLUMNS,
@@ -57,9 +57,45 @@ class SchemaMismatch(ValueError):
     """The file's columns do not match the table's; the message names the columns at fault."""
 
 
-@dataclass(frozen=True)
+class StreamReader(Protocol):
+    """One reader of a file that is still arriving (:class:`abm_provider.download.BytePipe`)."""
+
+    def read(self, size: int | None = -1) -> bytes: ...
+
+    def read_header(self, limit: int = ...) -> bytes: ...
+
+    def chunks(self) -> Iterator[bytes]: ...
+
+    def detach(self) -> None: ...
+
+
+class Verified(Protocol):
+    """A streamed file once complete and checked."""
+
+    @property
+    def sha256(self) -> str: ...
+
+    @property
+    def size(self) -> int: ...
+
+
+class ByteSource(Protocol):
+    """A file that is still downloading (:class:`abm_provider.streaming.ExportStream`)."""
+
+    def open(self, readers: int) -> Sequence[StreamReader]: ...
+
+    def settle(self) -> Verified: ...
+
+
+@dataclass
 class LoadRequest:
-    """Everything one load needs, already resolved from the operator's (templated) arguments."""
+    """Everything one load needs, already resolved from the operator's (templated) arguments.
+
+    With a ``stream`` the file at ``path`` is still downloading: a loader whose bulk path can read it
+    as it arrives does (``stream_readers``), then :meth:`WarehouseLoader.settle` waits for the file
+    to be complete and checked, fills in ``sha256`` and ``size`` (empty until then) and drops the
+    stream, before anything else reads ``path`` and before the commit.
+    """
 
     path: Path
     source: str
@@ -74,6 +110,7 @@ class LoadRequest:
     force: bool = False
     on_schema_change: OnSchemaChange = "fail"
     max_rejected: Limit = 0
+    stream: ByteSource | None = None
 
 
 @dataclass
@@ -161,15 +198,19 @@ class WarehouseLoader(ABC):
     unique_key_index: ClassVar[bool] = True
     #: Whether staged rows are checked in SQL (``valid_sql``) rather than while staging.
     validates_in_sql: ClassVar[bool] = True
-    #: Whether, into a new table, repeated keys are left for the unique index build to find (the
-    #: driver must then recognise its error in ``is_unique_violation`` and support savepoints).
-    defer_duplicate_check: ClassVar[bool] = False
     #: Whether a table that does not exist yet is first tried in one pass (``load_direct``).
     direct_new_table: ClassVar[bool] = False
+    #: Readers of a streamed file the bulk path takes; 0: it reads the file once downloaded.
+    stream_readers: ClassVar[int] = 0
 
     def __init__(self, hook: Any, log: logging.Logger | None = None) -> None:
         self.hook = hook
         self.log = log or logging.getLogger(__name__)
+        #: The stream's readers while the file is still arriving (see ``header`` and ``settle``).
+        self.readers: list[StreamReader] = []
+        #: Set by a ``stage`` that proved no natural key repeats (PostgreSQL's pre-scan: keys in
+        #: strictly increasing order), which spares the scan for repeated keys.
+        self.keys_proven_unique = False
 
     # ---- dialect hooks -------------------------------------------------------------------------
 
@@ -235,7 +276,8 @@ class WarehouseLoader(ABC):
 
     # ---- the flow ------------------------------------------------------------------------------
 
-    def load(self, request: LoadRequest, header: Sequence[str]) -> LoadResult:
+    def load(self, request: LoadRequest, header: Sequence[str] | None = None) -> LoadResult:
+        """Load the request's file; ``header`` is read from it (or from its stream) when not given."""
         started = time.monotonic()
         result = LoadResult(
             table=str(request.table),
@@ -250,6 +292,7 @@ class WarehouseLoader(ABC):
             cur = self.cursor(conn)
             self.begin(cur)
             self._run(conn, cur, request, header, result)
+            result.sha256, result.bytes = request.sha256, request.size  # known once a stream settled
         except BaseException:
             self._rollback(conn)
             raise
@@ -259,12 +302,14 @@ class WarehouseLoader(ABC):
         return result
 
     def _run(
-        self, conn: Any, cur: Any, request: LoadRequest, header: Sequence[str], result: LoadResult
+        self, conn: Any, cur: Any, request: LoadRequest, header: Sequence[str] | None, result: LoadResult
     ) -> None:
         if not request.force and self._already_loaded(conn, cur, request):
             self._rollback(conn)
             result.skipped = True
             return
+        if header is None:
+            header = self.header(request)
         existing = self.table_columns(conn, cur, request.table)
         plan = plan_columns(request, header, existing)
         if self.direct_new_table and not plan.table_exists:
@@ -276,6 +321,7 @@ class WarehouseLoader(ABC):
         t0 = time.monotonic()
         reason_sql = self.reason_sql(plan, request.key_columns) if self.validates_in_sql else ""
         structural = self.stage(cur, request, plan, reason_sql)
+        self.settle(request)
         seconds = max(time.monotonic() - t0, 1e-6)
         self.log.info(
             "Staged %s (%.1f MB) in %.1f s (%.1f MB/s) via %s",
@@ -287,10 +333,7 @@ class WarehouseLoader(ABC):
         )
         rejects = dict(structural)
         rejects.update(self._value_rejects(cur))
-        # Into a new table, the unique index built after the insert finds repeated keys as a side
-        # effect of its sort; the scan for them runs only if it does (see _replace).
-        deferred = self.defer_duplicate_check and not plan.table_exists and self.unique_key_index
-        if not deferred:
+        if not self.keys_proven_unique:
             rejects.update(self._duplicate_rejects(cur, request.key_columns))
         total = self._count(cur, f"SELECT COUNT(*) FROM {STAGE_TABLE}") + len(structural)
         self._report_rejects(request, len(plan.header), rejects, total, result)
@@ -304,26 +347,11 @@ class WarehouseLoader(ABC):
         current = self.table_columns(conn, cur, request.table)
         if current != existing:  # another load changed the table while this one staged
             plan = plan_columns(request, header, current)
-        if deferred and plan.table_exists:  # created meanwhile: no index of ours will be built
-            deferred = False
-            self._add_duplicate_rejects(cur, request, len(plan.header), rejects, total, result)
         self._prepare_target(cur, request, plan)
         result.columns_added = list(plan.to_add)
 
         loaded_at = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-        if deferred:
-            cur.execute("SAVEPOINT abm_replace")
-            try:
-                self._replace(cur, request, plan, loaded_at, result)
-            except Exception as exc:
-                if not self.is_unique_violation(exc):
-                    raise
-                cur.execute("ROLLBACK TO SAVEPOINT abm_replace")
-                self.log.info("%s repeats natural keys; setting the earlier rows aside", request.path.name)
-                self._add_duplicate_rejects(cur, request, len(plan.header), rejects, total, result)
-                self._replace(cur, request, plan, loaded_at, result)
-        else:
-            self._replace(cur, request, plan, loaded_at, result)
+        self._replace(cur, request, plan, loaded_at, result)
         self._write_ledger(conn, cur, request, result, loaded_at)
         conn.commit()
 
@@ -345,6 +373,7 @@ class WarehouseLoader(ABC):
         loaded_at = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
         started = time.monotonic()
         rows = self.load_direct(cur, request, plan, loaded_at)
+        self.settle(request)
         if rows is None:
             self._restart(conn, cur)
             return False
@@ -363,6 +392,40 @@ class WarehouseLoader(ABC):
         self._write_ledger(conn, cur, request, result, loaded_at)
         conn.commit()
         return True
+
+    def header(self, request: LoadRequest) -> list[str]:
+        """The file's column names: from its first line as it arrives, or from the file."""
+        if request.stream is not None and self.stream_readers > 0:
+            if not self.readers:
+                self.readers = list(request.stream.open(self.stream_readers))
+            first = self.readers[0].read_header()
+            return parse_header([first.decode("utf-8", "surrogateescape")], request.path.name)
+        self.settle(request)
+        return read_header(request.path)
+
+    def settle(self, request: LoadRequest) -> None:
+        """Wait until a streamed file is complete, checked and published; then it is read as a file.
+
+        Called when the bulk path has read the stream (or gave up on it), before anything else reads
+        ``request.path`` and before the commit: a download that broke or failed a check raises
+        :class:`~abm_provider.download.StreamBroken` here and the load rolls back.
+        """
+        stream, request.stream = request.stream, None
+        if stream is None:
+            return
+        for reader in self.readers:
+            reader.detach()
+        self.readers = []
+        started = time.monotonic()
+        verified = stream.settle()
+        request.sha256, request.size = verified.sha256, verified.size
+        self.log.info(
+            "The download of %s is complete and checked (%.1f MB, sha256 %s; waited %.1f s for it)",
+            request.path.name,
+            request.size / _MB,
+            request.sha256[:12],
+            time.monotonic() - started,
+        )
 
     def _restart(self, conn: Any, cur: Any) -> None:
         """Undo everything of the transaction and open a fresh one for the staged flow."""
@@ -400,40 +463,30 @@ class WarehouseLoader(ABC):
         if not plan.table_exists and self.unique_key_index:
             self._create_key_index(cur, request)
 
-    def _add_duplicate_rejects(
-        self,
-        cur: Any,
-        request: LoadRequest,
-        width: int,
-        rejects: dict[int, str],
-        total: int,
-        result: LoadResult,
-    ) -> None:
-        """The deferred duplicate scan: mark the rows, then rewrite the rejects file and recheck the limit."""
-        duplicates = self._duplicate_rejects(cur, request.key_columns)
-        if duplicates:
-            rejects.update(duplicates)
-            self._report_rejects(request, width, rejects, total, result)
-
-    def is_unique_violation(self, exc: BaseException) -> bool:
-        """Whether ``exc`` is the database refusing a second row for a unique key."""
-        return False
-
     def _already_loaded(self, conn: Any, cur: Any, request: LoadRequest) -> bool:
         if self.table_columns(conn, cur, request.ledger) is None:
             return False
-        cur.execute(
-            ledger.find_sql(request.ledger, self.placeholder),
-            [str(request.table), request.sha256, request.execution_id, request.execution_id],
-        )
+        if request.sha256:
+            cur.execute(
+                ledger.find_sql(request.ledger, self.placeholder),
+                [str(request.table), request.sha256, request.execution_id, request.execution_id],
+            )
+        elif request.execution_id is not None:  # still downloading: an execution's file never changes
+            cur.execute(
+                ledger.find_execution_sql(request.ledger, self.placeholder),
+                [str(request.table), request.execution_id],
+            )
+        else:
+            return False
         row = cur.fetchone()
         if row is None:
             return False
+        request.sha256 = request.sha256 or str(row[2])
         self.log.info(
             "Execution %s (sha256 %s) is already in %s since %s (%s rows); nothing to do. "
             "Pass force=True to load it again.",
             request.execution_id,
-            request.sha256[:12],
+            str(row[2])[:12],
             request.table,
             row[0],
             row[1],

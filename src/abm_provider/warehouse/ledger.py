@@ -74,7 +74,20 @@ def find_sql(ledger: TableName, placeholder: str) -> str:
     """Earlier loads of this file into this table; ``execution_id`` compared NULL-safely."""
     p = placeholder
     return (
-        f"SELECT loaded_at, rows_loaded FROM {ledger.sql} WHERE target_table = {p} AND sha256 = {p} "
+        f"SELECT loaded_at, rows_loaded, sha256 FROM {ledger.sql} WHERE target_table = {p} AND sha256 = {p} "
         f"AND (execution_id = {p} OR (execution_id IS NULL AND CAST({p} AS TEXT) IS NULL)) "
         "ORDER BY loaded_at DESC"
+    )
+
+
+def find_execution_sql(ledger: TableName, placeholder: str) -> str:
+    """Earlier loads of this execution into this table, whatever the file's digest.
+
+    For a load that is still downloading, whose digest is not known yet: an execution's file does not
+    change once it is complete, so its id alone says whether it is in the table.
+    """
+    p = placeholder
+    return (
+        f"SELECT loaded_at, rows_loaded, sha256 FROM {ledger.sql} WHERE target_table = {p} "
+        f"AND execution_id = {p} ORDER BY loaded_at DESC"
     )

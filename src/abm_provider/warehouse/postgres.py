@@ -1,4 +1,4 @@
-"""PostgreSQL: ``COPY ... FROM STDIN`` streamed from the file into an all-TEXT staging table.
+"""PostgreSQL: ``COPY ... FROM STDIN`` streamed from the file (or the download) into an all-TEXT stage.
 
 Why all-TEXT staging and validation in SQL: a typed ``COPY`` stops at the first bad value and says
 only which line, so one bad number would fail a 1 GB load; PostgreSQL 15 has no ``ON_ERROR``. Text
@@ -6,15 +6,19 @@ columns accept every well-formed record, the identity column numbers records in 
 one ``UPDATE`` evaluates the shared rules (:mod:`abm_provider.warehouse.schema`) and marks the
 few bad rows. While ``COPY`` runs, a thread applies the same rules to the file with Arrow
 (:mod:`abm_provider.warehouse.prescan`); when it vouches for every record the ``UPDATE`` is skipped.
-The file is sent in 1 MiB chunks, never read whole, so memory stays flat.
+The file is sent in 1 MiB chunks, never read whole, so memory stays flat. A file still downloading
+(:mod:`abm_provider.streaming`) is sent as its chunks arrive, the pre-scan reading the same bytes
+from a second pipe.
 
 Into a table that does not exist yet, the file is first copied straight into the new, typed table
 (``COPY ... FREEZE``: the table is new in this transaction, so its rows are written already frozen and
-no later vacuum rewrites them) while the same Arrow pass checks it, and building the table's unique
-index then finds any repeated key. When the pass vouches for every record, the index builds and the
-copy counted the same records, the rows are in after one write. Otherwise (a value the rules
-reject, or one the typed ``COPY`` refuses, or a repeated key) the transaction is rolled back, the new
-table with it, and the file is staged as above.
+no later vacuum rewrites them) while the same Arrow pass checks it. A repeated key is ruled out by
+that pass when the keys come in increasing order, else by one ``GROUP BY`` of the new table. When the
+pass vouches for every record, no key repeats and the copy counted the same records, the rows are
+in after one write. Otherwise (a value the rules reject, or one the typed ``COPY`` refuses, or a
+repeated key) the transaction is rolled back, the new table with it, and the file is staged as above.
+The table gets no unique index: the load's lock keeps one row per key (below), and building the
+index cost 3 to 4 s of a 1 GiB load.
 
 A file ``COPY`` cannot split at all (wrong field count, broken quote, bytes that are not UTF-8)
 fails the ``COPY``; the load then rolls back to a savepoint and streams the file again through
@@ -39,8 +43,8 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
-from abm_provider.warehouse.base import STAGE_TABLE, ColumnPlan, LoadRequest, WarehouseLoader
-from abm_provider.warehouse.prescan import vouch_all
+from abm_provider.warehouse.base import STAGE_TABLE, ColumnPlan, LoadRequest, StreamReader, WarehouseLoader
+from abm_provider.warehouse.prescan import KeyOrder, vouch_all
 from abm_provider.warehouse.records import iter_records
 from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, Kind, TableName, quote
 
@@ -57,13 +61,13 @@ class PostgresLoader(WarehouseLoader):
     placeholder = "%s"
     #: Set by ``stage``: the pre-scan vouched for every staged record, so none has a ``_reason``.
     _all_sound = False
-    # The GROUP BY that looks for repeated keys costs a 200 MB load 1.6 s; building the new table's
-    # unique index (which it needs anyway) finds them for free.
-    defer_duplicate_check = True
+    # No unique index: the delete and insert under the load's lock already keep one row per key, and
+    # building one took 3 to 4 s of a 1 GiB load; a repeated key in the file is found by the pre-scan
+    # (keys in order) or a GROUP BY.
+    unique_key_index = False
     direct_new_table = True
-
-    def is_unique_violation(self, exc: BaseException) -> bool:
-        return _sqlstate(exc) == "23505"
+    # COPY reads the download as it arrives, and the Arrow pre-scan reads it beside.
+    stream_readers = 2
 
     def begin(self, cur: Any) -> None:
         # Transaction-local, and only ever raised: the default 4MB sends a million-key GROUP BY to disk.
@@ -145,13 +149,12 @@ class PostgresLoader(WarehouseLoader):
         if vouched is None or vouched != copied:
             self.log.info("%s has records the column rules may reject; staging it", request.path.name)
             return None
-        try:
-            self._create_key_index(cur, request)
-        except Exception as exc:
-            if not self.is_unique_violation(exc):
-                raise
-            self.log.info("%s repeats a natural key; staging it to set rows aside", request.path.name)
-            return None
+        if not self.keys_proven_unique:
+            key_sql = ", ".join(quote(k) for k in request.key_columns)
+            cur.execute(f"SELECT 1 FROM {target} GROUP BY {key_sql} HAVING COUNT(*) > 1 LIMIT 1")
+            if cur.fetchone() is not None:
+                self.log.info("%s repeats a natural key; staging it to set rows aside", request.path.name)
+                return None
         cur.execute(
             f"ALTER TABLE {target} ALTER COLUMN {quote(EXECUTION_ID_COLUMN)} DROP DEFAULT, "
             f"ALTER COLUMN {quote(LOADED_AT_COLUMN)} DROP DEFAULT"
@@ -181,6 +184,7 @@ class PostgresLoader(WarehouseLoader):
                 str(exc).splitlines()[0],
             )
             cur.execute("ROLLBACK TO SAVEPOINT abm_copy")
+            self.settle(request)  # the Python pass reads the whole file
             structural = self._copy_checked(cur, request, plan, names)
             copied, vouched = -1, None
         cur.execute("RELEASE SAVEPOINT abm_copy")
@@ -195,8 +199,8 @@ class PostgresLoader(WarehouseLoader):
                 f"WHERE CASE WHEN {sound} THEN false ELSE ({reason_sql}) IS NOT NULL END"
             )
         if plan.table_exists:
-            # Statistics for the join that deletes restated keys; a new table has none to delete, and
-            # its index build finds repeated keys, so the 200 MB stage's 0.3 to 0.6 s is saved there.
+            # Statistics for the join that deletes restated keys; a new table has none to delete, so
+            # the 200 MB stage's 0.3 to 0.6 s is saved there.
             cur.execute(f"ANALYZE {STAGE_TABLE}")
         return structural
 
@@ -209,20 +213,37 @@ class PostgresLoader(WarehouseLoader):
         """``COPY`` the file with ``sql`` while the Arrow pre-scan reads it beside; (copied, vouched).
 
         ``vouched`` is the pre-scan's record count, or ``None`` when it doubts a record. When the
-        ``COPY`` fails the pre-scan is stopped and waited for, and the error raised.
+        ``COPY`` fails the pre-scan is stopped and waited for, and the error raised. A file still
+        downloading is read from the stream's two readers, one for each.
         """
         stop = threading.Event()
+        order = KeyOrder()
+        self.keys_proven_unique = False
+        streamed = request.stream is not None and len(self.readers) == 2
         with ThreadPoolExecutor(1, thread_name_prefix="abm-prescan") as pool:
-            prescan = pool.submit(
-                vouch_all, request.path, plan.header, dict(plan.kinds), request.key_columns, stop
-            )
+            if streamed:
+                data, beside = self.readers
+                prescan = pool.submit(_scan_stream, beside, plan, request.key_columns, stop, order)
+            else:
+                prescan = pool.submit(
+                    vouch_all, request.path, plan.header, dict(plan.kinds), request.key_columns, stop, order
+                )
             try:
-                with request.path.open("rb") as handle:
-                    copied = self._copy(cur, sql, _chunks(handle, request.size, self.log))
+                if streamed:
+                    copied = self._copy(cur, sql, _progress(data.chunks(), request.size, self.log))
+                else:
+                    with request.path.open("rb") as handle:
+                        copied = self._copy(cur, sql, _progress(_read(handle), request.size, self.log))
             except BaseException:
                 stop.set()
+                if streamed:
+                    data.detach()
                 raise
-            return copied, prescan.result()
+            vouched = prescan.result()
+        if vouched is not None and vouched == copied and order.increasing:
+            self.keys_proven_unique = True
+            self.log.info("The natural keys come in increasing order: none repeats")
+        return copied, vouched
 
     def _copy_checked(self, cur: Any, request: LoadRequest, plan: ColumnPlan, names: str) -> dict[int, str]:
         structural: dict[int, str] = {}
@@ -289,15 +310,33 @@ def _calendar_sql(column: str) -> str:
     )
 
 
-def _chunks(handle: IO[bytes], size: int, log: Any) -> Iterator[bytes]:
-    sent, next_report, started = 0, _PROGRESS_EVERY, time.monotonic()
+def _read(handle: IO[bytes]) -> Iterator[bytes]:
     while chunk := handle.read(CHUNK):
+        yield chunk
+
+
+def _progress(chunks: Iterator[bytes], size: int, log: Any) -> Iterator[bytes]:
+    """The chunks, logging every 256 MB sent (``size`` 0: still downloading, not known yet)."""
+    sent, next_report, started = 0, _PROGRESS_EVERY, time.monotonic()
+    of = f" of {size >> 20}" if size else ""
+    for chunk in chunks:
         sent += len(chunk)
         if sent >= next_report:
             elapsed = max(time.monotonic() - started, 1e-6)
-            log.info("COPY: %d of %d MB sent (%.1f MB/s)", sent >> 20, size >> 20, sent / elapsed / (1 << 20))
+            log.info("COPY: %d%s MB sent (%.1f MB/s)", sent >> 20, of, sent / elapsed / (1 << 20))
             next_report += _PROGRESS_EVERY
         yield chunk
+
+
+def _scan_stream(
+    reader: StreamReader, plan: ColumnPlan, keys: Sequence[str], stop: threading.Event, order: KeyOrder
+) -> int | None:
+    """The pre-scan of a file still arriving; its reader is let go when the scan ends, even early,
+    so that a doubt found half-way never holds the download back."""
+    try:
+        return vouch_all(reader, plan.header, dict(plan.kinds), keys, stop, order)
+    finally:
+        reader.detach()
 
 
 class _IterFile(io.RawIOBase):

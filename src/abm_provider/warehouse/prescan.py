@@ -20,10 +20,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from abm_provider.warehouse.records import UnreadableFile, read_header
 from abm_provider.warehouse.schema import Kind
+
+if TYPE_CHECKING:
+    from abm_provider.warehouse.base import StreamReader
 
 #: Bytes Arrow reads per batch: small, because the pool keeps what it once held (RSS, not speed).
 BLOCK_SIZE = 1 << 20
@@ -32,11 +35,19 @@ _SHORT_MONTHS = ("04", "06", "09", "11")
 
 
 def vouch_all(
-    path: Path, header: Sequence[str], kinds: dict[str, Kind], keys: Sequence[str], stop: threading.Event
+    source: Path | IO[bytes] | StreamReader,
+    header: Sequence[str],
+    kinds: dict[str, Kind],
+    keys: Sequence[str],
+    stop: threading.Event,
+    order: KeyOrder | None = None,
 ) -> int | None:
     """The number of records when every one satisfies every rule, else ``None`` ("run the SQL check").
 
-    ``stop`` ends the pass early (the load no longer needs it); that too returns ``None``.
+    ``source`` is the file, or a reader of it while it downloads (whose header the loader has
+    already compared). ``stop`` ends the pass early (the load no longer needs it); that too returns
+    ``None``. ``order``, when given, also learns whether the natural keys come in strictly increasing
+    order (:class:`KeyOrder`).
     """
     import pyarrow as pa
     import pyarrow.csv as pcsv
@@ -44,10 +55,10 @@ def vouch_all(
     checked = [n for n in header if kinds[n].pattern is not None]
     read = [*dict.fromkeys([*keys, *checked])]
     try:
-        if read_header(path) != list(header):
+        if isinstance(source, Path) and read_header(source) != list(header):
             return None
         reader = pcsv.open_csv(
-            path,
+            source,
             read_options=pcsv.ReadOptions(block_size=BLOCK_SIZE, use_threads=False),
             parse_options=pcsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False),
             convert_options=pcsv.ConvertOptions(
@@ -62,10 +73,51 @@ def vouch_all(
         for batch in reader:
             if stop.is_set() or not _batch_sound(batch, kinds, keys, checked):
                 return None
+            if order is not None:
+                order.update(batch, keys)
             records += batch.num_rows
     except (pa.ArrowException, OSError, ValueError, UnreadableFile):
         return None
     return records
+
+
+class KeyOrder:
+    """Whether every record's natural key is greater than the one before: then no key repeats.
+
+    Why: an export written in key order (by day, then tactic, as the emulator's, and any writer that
+    walks its data that way) proves in one comparison of neighbours, on the pre-scan's thread, what
+    otherwise takes a sort or a hash of every key in the database (an index build or a ``GROUP BY``:
+    3 to 4 s for 1 GiB on PostgreSQL). Keys are compared as text, byte by byte. A file in any other
+    order proves nothing, and the database looks for repeated keys as before.
+    """
+
+    def __init__(self) -> None:
+        self.increasing = True
+        self._last: tuple[Any, ...] | None = None
+
+    def update(self, batch: Any, keys: Sequence[str]) -> None:
+        """Take the next batch of the file (its key columns are non-null strings)."""
+        import pyarrow.compute as pc
+
+        rows = batch.num_rows
+        if not self.increasing or rows == 0 or not keys:
+            return
+        columns = [batch.column(k) for k in keys]
+        first = tuple(c[0].as_py() for c in columns)
+        if self._last is not None and not first > self._last:
+            self.increasing = False
+            return
+        if rows > 1:
+            greater = equal = None
+            for column in columns:
+                before, after = column.slice(0, rows - 1), column.slice(1)
+                above, same = pc.greater(after, before), pc.equal(after, before)
+                greater = above if greater is None else pc.or_(greater, pc.and_(equal, above))
+                equal = same if equal is None else pc.and_(equal, same)
+            if not _all(greater):
+                self.increasing = False
+                return
+        self._last = tuple(c[rows - 1].as_py() for c in columns)
 
 
 def _batch_sound(batch: Any, kinds: dict[str, Kind], keys: Sequence[str], checked: Sequence[str]) -> bool:

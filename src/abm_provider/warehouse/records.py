@@ -14,7 +14,7 @@ records the way the byte-oriented databases do, and is then reported rather than
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator, Set
+from collections.abc import Iterable, Iterator, Set
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,15 +83,21 @@ def read_header(path: Path) -> list[str]:
     """Return the header's column names, or raise naming the file if it has none or is not UTF-8."""
     feed = _LineFeed(path)
     try:
-        row = next(csv.reader(feed, strict=True), None)
-    except csv.Error as exc:
-        raise UnreadableFile(f"{path}: the header row is not valid CSV: {exc}") from exc
+        return parse_header(feed, str(path))
     finally:
         feed.close()
+
+
+def parse_header(lines: Iterable[str], what: str) -> list[str]:
+    """The column names of the first record of ``lines`` (decoded with ``surrogateescape``)."""
+    try:
+        row = next(csv.reader(lines, strict=True), None)
+    except csv.Error as exc:
+        raise UnreadableFile(f"{what}: the header row is not valid CSV: {exc}") from exc
     if not row:
-        raise UnreadableFile(f"{path}: the file is empty; expected a header row")
+        raise UnreadableFile(f"{what}: the file is empty; expected a header row")
     if any(_has_surrogates(name) for name in row):
-        raise UnreadableFile(f"{path}: the header row is not valid UTF-8")
+        raise UnreadableFile(f"{what}: the header row is not valid UTF-8")
     row[0] = row[0].removeprefix(_BOM)
     return [name.strip() for name in row]
 
