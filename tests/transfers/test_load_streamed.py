@@ -314,3 +314,18 @@ def test_a_load_killed_mid_stream_leaves_the_table_and_the_rerun_loads_it(
     assert not list(archive.parent.glob(".archive.csv.*.part")), "the re-run removed the killed one's file"
     clean = clean_load(pg, execution, tmp_path / "clean")
     assert {k: v for k, v in pg.contents().items() if k in clean} == clean
+
+
+def test_a_bare_link_loaded_again_is_skipped_once_its_bytes_are_known(
+    abm: Any, target: Any, lying_storage: Any, tmp_path: Path
+) -> None:
+    source = {"downloadUri": lying_storage.url}  # no execution id: the ledger knows it by its SHA-256
+    first = target.operator(source=source, archive=str(archive_of(tmp_path)), export_type=EXPORT_TYPE)
+    out = first.execute(context={})
+    again = target.operator(source=source, archive=str(archive_of(tmp_path)), export_type=EXPORT_TYPE)
+    second = again.execute(context={})
+
+    assert not out["skipped"] and second["skipped"] is True
+    assert second["sha256"] == out["sha256"] == hashlib.sha256(lying_storage.body).hexdigest()
+    assert lying_storage.served == 2, "without an execution id, the bytes must be read to be known"
+    assert len(target.ledger_rows()) == 1

@@ -372,8 +372,14 @@ class WarehouseLoader(ABC):
         self._prepare_target(cur, request, plan)
         loaded_at = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
         started = time.monotonic()
+        digest_known = bool(request.sha256)
         rows = self.load_direct(cur, request, plan, loaded_at)
         self.settle(request)
+        if not (digest_known or request.force) and self._already_loaded(conn, cur, request):
+            # A link without an execution id: only now, downloaded, does the file say what it is.
+            self._rollback(conn)
+            result.skipped = True
+            return True
         if rows is None:
             self._restart(conn, cur)
             return False
