@@ -67,26 +67,32 @@ def curl_to_file(uri: str, target: Path) -> float:
 # ---------------------------------------------------------------------------------------- section 1
 
 
-def provider_export(p: Params) -> Params:
-    """The example DAG's one task: ExecutionCsvToSqlOperator given the execution, loading as it downloads."""
+def load_operator(p: Params, source: Any, **extra: Any) -> Any:
+    """The load task both export cases run (forced: every run loads again)."""
     from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
 
-    if p.get("duckdb_path"):
-        Path(p["duckdb_path"]).unlink(missing_ok=True)
-    archive = Path(p["base"]) / "streamed.csv"
-    for stale in (archive, archive.with_name(archive.name + ".manifest.json")):
-        stale.unlink(missing_ok=True)
-    load = ExecutionCsvToSqlOperator(
+    return ExecutionCsvToSqlOperator(
         task_id="load",
-        source=p["execution"],
-        archive=str(archive),
+        source=source,
         sql_conn_id=p["conn_id"],
         table=PROVIDER_TABLE,
         export_type=p["export_type"],
         force=True,
         duckdb_memory_limit=p.get("duckdb_memory_limit"),
         duckdb_threads=p.get("duckdb_threads"),
+        **extra,
     )
+
+
+def provider_export(p: Params) -> Params:
+    """The example DAG's one task: ExecutionCsvToSqlOperator given the execution, loading as it downloads."""
+
+    if p.get("duckdb_path"):
+        Path(p["duckdb_path"]).unlink(missing_ok=True)
+    archive = Path(p["base"]) / "streamed.csv"
+    for stale in (archive, archive.with_name(archive.name + ".manifest.json")):
+        stale.unlink(missing_ok=True)
+    load = load_operator(p, p["execution"], archive=str(archive))
     started = time.perf_counter()
     result = load.execute(task_context("load"))
     finished = time.perf_counter()
@@ -103,23 +109,13 @@ def provider_export(p: Params) -> Params:
 def provider_two_tasks(p: Params) -> Params:
     """The two-task form: DownloadExecutionCsvOperator, then ExecutionCsvToSqlOperator on the file."""
     from abm_provider.operators.exports import DownloadExecutionCsvOperator
-    from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
 
     if p.get("duckdb_path"):
         Path(p["duckdb_path"]).unlink(missing_ok=True)
     download = DownloadExecutionCsvOperator(
         task_id="download", execution=p["execution"], base=p["base"], if_exists="overwrite"
     )
-    load = ExecutionCsvToSqlOperator(
-        task_id="load",
-        source="{{ placeholder }}",
-        sql_conn_id=p["conn_id"],
-        table=PROVIDER_TABLE,
-        export_type=p["export_type"],
-        force=True,
-        duckdb_memory_limit=p.get("duckdb_memory_limit"),
-        duckdb_threads=p.get("duckdb_threads"),
-    )
+    load = load_operator(p, "{{ placeholder }}")
     started = time.perf_counter()
     downloaded = download.execute(task_context("download"))
     loaded_at = time.perf_counter()

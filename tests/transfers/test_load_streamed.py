@@ -11,13 +11,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
-import os
-import signal
-import subprocess
-import sys
-import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +20,7 @@ import pytest
 import requests
 from airflow.sdk.exceptions import AirflowException
 from loadtest_support import download_xcom
+from test_load_killed import run_and_kill
 
 EXPORT_TYPE = "TACTIC_PERFORMANCE"
 MiB = 1 << 20
@@ -252,27 +247,8 @@ def test_a_hash_mismatch_once_then_a_sound_file_loads_exactly_that_file(
 
 
 # The streamed load runs in a subprocess that is SIGKILLed while COPY reads the stream (no handler,
-# no rollback call): PostgreSQL discards the open transaction, and the archive's temporary file stays
-# behind until the re-run removes it.
-KILLED = """
-import json, os, sys, time
-from pathlib import Path
-marker = Path(sys.argv[1])
-from abm_provider.warehouse import postgres
-original = postgres._progress
-def _progress(*args, **kwargs):
-    for number, chunk in enumerate(original(*args, **kwargs)):
-        if number == 2:
-            partial = marker.with_name(marker.name + ".partial")
-            partial.write_text("ready")
-            os.replace(partial, marker)
-            time.sleep(600)
-        yield chunk
-postgres._progress = _progress
-from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
-kwargs = json.loads(sys.argv[2])
-ExecutionCsvToSqlOperator(task_id="killed", **kwargs).execute(context={})
-"""
+# no rollback call; test_load_killed's "mid_copy" point): PostgreSQL discards the open transaction,
+# and the archive's temporary file stays behind until the re-run removes it.
 
 
 def test_a_load_killed_mid_stream_leaves_the_table_and_the_rerun_loads_it(
@@ -283,27 +259,7 @@ def test_a_load_killed_mid_stream_leaves_the_table_and_the_rerun_loads_it(
     execution = fire(abm, 8 * MiB)
     archive = archive_of(tmp_path)
     kwargs = {"source": execution, "archive": str(archive), "sql_conn_id": pg.conn_id, "table": pg.table}
-    marker = tmp_path / "marker"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(KILLED), str(marker), json.dumps(kwargs)],
-        env=dict(os.environ),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while not marker.exists():
-            if proc.poll() is not None:
-                pytest.fail(f"the load exited before the kill point: {proc.stderr.read().decode()[-2000:]}")
-            assert time.monotonic() < deadline, "the load never reached the kill point"
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
-        proc.stderr.close()  # type: ignore[union-attr]
+    run_and_kill(tmp_path, "mid_copy", kwargs)
 
     assert pg.contents() == before and pg.ledger_rows() == ledger, "nothing of the killed load is visible"
     assert not archive.exists()
