@@ -21,6 +21,11 @@ creates it (:meth:`WarehouseLoader.load_direct`). It keeps that pass only when i
 sound, no key repeated and nothing rejected. Otherwise it rolls the whole attempt back, table
 included, and runs steps 3 to 5. The result, the ledger row and what a reader can see are the
 same either way; the staged flow is the one that sets bad rows aside with their line numbers.
+
+A file still downloading (``LoadRequest.stream``) is read by the bulk pass of step 3, or of the
+one-pass load, as it arrives, when the warehouse's loader takes readers (``stream_readers``); right
+after that pass the load waits for the download to be complete and checked (``settle``), and only
+then reads the file itself (rejects, fallbacks), checks the ledger by digest and commits.
 """
 
 from __future__ import annotations
