@@ -38,7 +38,6 @@ class Settled:
 
     sha256: str
     size: int
-    summary: dict[str, Any]
 
 
 class ExportStream:
@@ -65,11 +64,6 @@ class ExportStream:
         self._cancelled = threading.Event()
         self._ended = False
         self._pending = bytearray()
-
-    @property
-    def started(self) -> bool:
-        """Whether the download was started (a load skipped by the ledger never starts it)."""
-        return self._thread is not None
 
     @property
     def read_as_it_arrived(self) -> bool:
@@ -103,7 +97,7 @@ class ExportStream:
         if self._error is not None:
             raise StreamBroken(f"the download of {self.name} failed: {self._error}") from self._error
         assert self._summary is not None
-        return Settled(str(self._summary["sha256"]), int(self._summary["bytes"]), self._summary)
+        return Settled(str(self._summary["sha256"]), int(self._summary["bytes"]))
 
     def cancel(self, timeout: float = 60.0) -> None:
         """Stop the download (its temporary file is deleted); a no-op once it has ended."""

@@ -232,7 +232,8 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         hook = AbmHook(self.abm_conn_id)
         uri = download.link(hook, uri, export_type, execution_id)
         target = download.target(context, execution_id, uri)
-        meta = {"path": display(target), "execution_id": execution_id, "export_type": export_type}
+        archive = display(target)
+        meta = {"path": archive, "execution_id": execution_id, "export_type": export_type}
         local = Path(local_path(target)) if is_local(target) else None
         done = download.already_downloaded(target, execution_id)
         if done is None and self.stream and local is not None:
@@ -256,20 +257,17 @@ class ExecutionCsvToSqlOperator(BaseOperator):
                     exc,
                 )
             else:
-                return {**result, "archive": display(target), "streamed": stream.read_as_it_arrived}
+                return {**result, "archive": archive, "streamed": stream.read_as_it_arrived}
         if done is None:
             done = download.run(hook, uri, target, execution_id, export_type)
         meta["sha256"] = done.get("sha256")
-        if local is not None:
-            result = self._load(local, meta, self._rejects(context, local, remote=False))
-            return {**result, "archive": display(target), "streamed": False}
-        copy, cleanup = self._local_copy(target)
+        copy, cleanup = (local, None) if local is not None else self._local_copy(target)
         try:
-            result = self._load(copy, meta, self._rejects(context, copy, remote=True))
+            result = self._load(copy, meta, self._rejects(context, copy, remote=cleanup is not None))
         finally:
             if cleanup is not None:
                 cleanup.unlink(missing_ok=True)
-        return {**result, "archive": display(target), "streamed": False}
+        return {**result, "archive": archive, "streamed": False}
 
     def _load(
         self, path: Path, meta: dict[str, Any], rejects: Path, stream: ExportStream | None = None
