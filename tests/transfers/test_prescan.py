@@ -137,9 +137,20 @@ _VALUES = {
             "",
             "2026-10-3",
             "x",
+            # What Arrow's date cast might take beyond the rule: a sign, spaces, time, 5-digit year.
+            "+2026-10-03",
+            " 2026-10-03",
+            "2026-10-03 ",
+            "2026-10-03T00:00",
+            "20260-10-03",
+            "0000-01-01",
+            "0000-12-31",
         ]
     ),
-    Kind.COUNT: st.one_of(st.integers(-(10**19), 10**19).map(str), st.sampled_from(["", "1.5", "+1", "١٢"])),
+    Kind.COUNT: st.one_of(
+        st.integers(-(10**19), 10**19).map(str),
+        st.sampled_from(["", "1.5", "+1", "١٢", "0x10", "007", "-0", " 7", "1" * 18, "1" * 19]),
+    ),
     Kind.MONEY: st.one_of(
         st.decimals(
             allow_nan=False, allow_infinity=False, places=3, min_value=-(10**17), max_value=10**17
