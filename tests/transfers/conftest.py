@@ -105,6 +105,18 @@ class Warehouse:
         )
 
 
+@pytest.fixture(scope="module")
+def pg_conn() -> Iterator[Any]:
+    """An autocommit connection to the test PostgreSQL, for checks that need no table of their own."""
+    reason = postgres_available()
+    if reason:
+        pytest.skip(reason)
+    import psycopg
+
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        yield conn
+
+
 @pytest.fixture
 def pg_schema() -> Iterator[str]:
     reason = postgres_available()
