@@ -34,6 +34,13 @@ def postgres_available() -> str | None:
         return f"PostgreSQL at 127.0.0.1:5432 (db test, user postgres) is not reachable: {exc}"
 
 
+def _require_postgres() -> None:
+    """Skip the test, saying why, when the test PostgreSQL does not answer."""
+    reason = postgres_available()
+    if reason:
+        pytest.skip(reason)
+
+
 class SqliteTestHook(DbApiHook):
     """A common-sql hook over a SQLite file, standing in for "any other DbApiHook"."""
 
@@ -108,9 +115,7 @@ class Warehouse:
 @pytest.fixture(scope="module")
 def pg_conn() -> Iterator[Any]:
     """An autocommit connection to the test PostgreSQL, for checks that need no table of their own."""
-    reason = postgres_available()
-    if reason:
-        pytest.skip(reason)
+    _require_postgres()
     import psycopg
 
     with psycopg.connect(PG_DSN, autocommit=True) as conn:
@@ -119,9 +124,7 @@ def pg_conn() -> Iterator[Any]:
 
 @pytest.fixture
 def pg_schema() -> Iterator[str]:
-    reason = postgres_available()
-    if reason:
-        pytest.skip(reason)
+    _require_postgres()
     import psycopg
 
     schema = f"abm_load_{uuid.uuid4().hex[:10]}"
