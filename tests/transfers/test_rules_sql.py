@@ -1,10 +1,12 @@
 """Each warehouse's SQL form of a column rule accepts exactly the values the Python rule accepts.
 
-The loaders evaluate the rules in SQL with cheaper tests than the rule's pattern (DuckDB: the value
-equals its own typed round trip, else the pattern; PostgreSQL: character classes and lengths before
-the pattern). A value one side accepts and the other refuses would load on one warehouse and be a
-reject on another, or reach a cast that fails the whole load. Here every such test is held to
-:func:`abm_provider.warehouse.schema.convert`, value by value, on spellings around each rule's edges.
+DuckDB and PostgreSQL evaluate each rule in SQL (``valid_sql``: the pattern plus a calendar check),
+and PostgreSQL first tries a cheaper test of character classes and lengths (``_sound_value_sql``). A
+value one side accepts and the other refuses would load on one warehouse and be a reject on another,
+or reach a cast that fails the whole load. Here each SQL form is held to
+:func:`abm_provider.warehouse.schema.convert`, value by value, on spellings around each rule's edges,
+and read the way the loader reads it: ``reason_sql`` rejects a value only where ``valid_sql`` is
+false (NULL would let it through), while the quick test vouches only where it is true.
 """
 
 from __future__ import annotations
@@ -95,7 +97,8 @@ def duckdb_rule() -> Callable[[str, list[str]], list[Any]]:
     def evaluate(kind: str, values: list[str]) -> list[Any]:
         check = loader.valid_sql("v", Kind(kind))
         rows = con.execute(
-            f"SELECT n, {check} FROM (SELECT unnest(?) AS v, generate_subscripts(?, 1) AS n) ORDER BY n",
+            f"SELECT n, ({check}) IS NOT FALSE FROM (SELECT unnest(?) AS v, generate_subscripts(?, 1) AS n) "
+            "ORDER BY n",
             [values, values],
         ).fetchall()
         return [r[1] for r in rows]
@@ -107,19 +110,21 @@ def duckdb_rule() -> Callable[[str, list[str]], list[Any]]:
 def postgres_rules(pg_conn: Any) -> dict[str, Callable[[str, list[str]], list[Any]]]:
     loader = PostgresLoader(hook=None)
 
-    def evaluate(check_of: Callable[[str, Kind], str]) -> Callable[[str, list[str]], list[Any]]:
+    def evaluate(check_of: Callable[[str, Kind], str], accepts: str) -> Callable[[str, list[str]], list[Any]]:
         def run(kind: str, values: list[str]) -> list[Any]:
-            check = check_of("v", Kind(kind))
+            check = accepts.format(check_of("v", Kind(kind)))
             rows = pg_conn.execute(
-                f"SELECT COALESCE({check}, false) FROM unnest(%s::text[]) WITH ORDINALITY AS u(v, n) "
-                "ORDER BY n",
+                f"SELECT {check} FROM unnest(%s::text[]) WITH ORDINALITY AS u(v, n) ORDER BY n",
                 [values],
             ).fetchall()
             return [r[0] for r in rows]
 
         return run
 
-    return {"valid_sql": evaluate(loader.valid_sql), "sound_sql": evaluate(_sound_value_sql)}
+    return {
+        "valid_sql": evaluate(loader.valid_sql, "({}) IS NOT FALSE"),
+        "sound_sql": evaluate(_sound_value_sql, "COALESCE({}, false)"),
+    }
 
 
 @pytest.mark.parametrize("kind", TYPED, ids=lambda k: k.value)
