@@ -28,7 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from airflow.sdk import ObjectStoragePath
 
@@ -374,6 +374,19 @@ class StreamBroken(Exception):
     """
 
 
+class ReaderDetached(StreamBroken):
+    """The pipe's reader was let go (:meth:`BytePipe.detach`) while it waited for bytes.
+
+    Raised to a read blocked on an empty pipe, or made after the detach, so that no thread (an Arrow
+    read-ahead thread of the pre-scan, above all, which the interpreter waits for at exit) sleeps for
+    ever on a pipe no writer will fill again.
+    """
+
+
+#: Queued by :meth:`BytePipe.detach` to wake a reader blocked on the empty queue.
+_WAKE = object()
+
+
 class BytePipe(io.RawIOBase):
     """A bounded in-memory pipe: the download thread writes chunks, a consumer thread reads them.
 
@@ -386,7 +399,7 @@ class BytePipe(io.RawIOBase):
 
     def __init__(self, max_chunks: int = 2, *, what: str = "the consumer") -> None:
         super().__init__()
-        self._queue: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=max_chunks)
+        self._queue: queue.Queue[bytes | BaseException | object | None] = queue.Queue(maxsize=max_chunks)
         self._buffer = b""
         self._offset = 0
         self._eof = False
@@ -423,20 +436,31 @@ class BytePipe(io.RawIOBase):
                     continue
 
     def detach(self) -> None:
-        """The reader is done: drop every later chunk and release a writer blocked on a full queue."""
+        """The reader is done: drop every later chunk, release a writer blocked on a full queue, and
+        wake a read blocked on an empty one (it raises :class:`ReaderDetached`)."""
         self._detached = True
-        self.drain()
+        while True:  # a writer already inside ``put`` may slip one chunk in after the drain
+            self.drain()
+            try:
+                self._queue.put_nowait(_WAKE)
+                return
+            except queue.Full:
+                continue
 
     def _fill(self) -> bool:
         while self._offset >= len(self._buffer) and not self._eof:
+            if self._detached:
+                raise ReaderDetached(f"the reader of {self._what} was let go before the end of the stream")
             item = self._queue.get()
+            if item is _WAKE:
+                continue
             if item is None:
                 self._eof = True
             elif isinstance(item, BaseException):
                 self._eof = True
                 raise StreamBroken(f"the download broke: {item}") from item
             else:
-                self._buffer, self._offset = item, 0
+                self._buffer, self._offset = cast(bytes, item), 0
         return self._offset < len(self._buffer)
 
     def read(self, size: int | None = -1) -> bytes:
@@ -580,8 +604,6 @@ class CsvToParquet:
         return self.rows
 
     def abort(self) -> None:
-        """Stop the converter after a failed download (it sees the end of the stream and exits)."""
-        if self._thread.is_alive():
-            with contextlib.suppress(Exception):
-                self._pipe.finish()
-            self._thread.join(timeout=30)
+        """Stop the converter after a failed download: its pipe is let go, which wakes its reader."""
+        self._pipe.detach()
+        self._thread.join(timeout=30)

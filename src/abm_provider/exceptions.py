@@ -1,4 +1,4 @@
-"""The one exception the ABM provider raises for a failed API or download call.
+"""The exceptions of the ABM provider: a failed API or download call, and a local disk that refused a write.
 
 Every failure a DAG author can meet talking to the service (an error answer, a dropped connection
 after all retries, a body that is not what the API promises) becomes an :class:`AbmApiError`, so an
@@ -11,9 +11,13 @@ which field it objected to, and the request id.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+from collections.abc import Iterator
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 #: Field violations spelled out in the message; a 1000-account request can carry one per account.
 _SHOWN_VIOLATIONS = 5
@@ -101,10 +105,20 @@ class AbmApiError(AirflowException):
     def __reduce__(self) -> tuple[Any, ...]:
         # Keyword-only __init__ arguments do not survive the default Exception pickling (which replays
         # ``args``); a task's exception is pickled when it crosses to the supervisor or a deepcopy.
-        return (_rebuild, (self.__dict__.copy(),))
+        return (_rebuild, (self.__dict__.copy(), type(self)))
 
 
-def _rebuild(state: dict[str, Any]) -> AbmApiError:
+class UnexpectedBody(AbmApiError, AirflowFailException):
+    """A successful answer whose body is not what was asked for: a web page or a JSON error where a
+    download link should give the file (a proxy's sign-in page, a storage error sent with 200).
+
+    An :class:`AbmApiError` (``kind="malformed"``) like every failed call, and an
+    ``AirflowFailException``: the same link gives the same page, so Airflow does not retry it. The
+    message names the ``Content-Type`` and shows how the body begins, redacted.
+    """
+
+
+def _rebuild(state: dict[str, Any], cls: type[AbmApiError] = AbmApiError) -> AbmApiError:
     keys = (
         "method",
         "path",
@@ -119,6 +133,91 @@ def _rebuild(state: dict[str, Any]) -> AbmApiError:
         "retry_after",
         "kind",
     )
-    err = AbmApiError(**{k: state[k] for k in keys if k in state})
+    err = cls(**{k: state[k] for k in keys if k in state})
     err.__dict__.update(state)
     return err
+
+
+#: Local file errors no retry can fix: a full disk, a quota, a read-only mount, a missing permission.
+FINAL_LOCAL_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in ("ENOSPC", "EDQUOT", "EROFS", "EACCES", "EPERM", "EFBIG")
+    if hasattr(errno, name)
+)
+
+
+class LocalStorageError(AirflowFailException):
+    """A local file (the archive, the state dir, a rejects file) could not be written: the disk is
+    full, over quota, read-only or not writable by the task.
+
+    It fails the task for good: every retry would meet the same disk, and it is not a network failure
+    either, which is what an error raised inside a download's read loop used to be taken for. The
+    message names the path, what was being done and the cause; ``path``, ``action`` and ``errno`` carry
+    them for code.
+    """
+
+    def __init__(self, path: str, action: str, cause: OSError) -> None:
+        self.path = str(path)
+        self.action = action
+        self.errno = cause.errno
+        name = errno.errorcode.get(cause.errno or 0, "")
+        reason = cause.strerror or str(cause)
+        super().__init__(
+            f"Cannot {action} {self.path}: {reason}{f' ({name})' if name else ''}. This is the local "
+            "disk, not the service: free space or fix the permissions there, or point [abm] state_dir "
+            "(or the task's archive/rejects_path) at another volume, then clear the task."
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword-free rebuild: a task's exception is pickled when it crosses to the supervisor.
+        return (_rebuild_local, (self.path, self.action, self.errno))
+
+
+def _rebuild_local(path: str, action: str, code: int | None) -> LocalStorageError:
+    return LocalStorageError(path, action, OSError(code or 0, os.strerror(code or 0)))
+
+
+@contextlib.contextmanager
+def local_io(path: object, action: str) -> Iterator[None]:
+    """Raise a local file error no retry can fix (:data:`FINAL_LOCAL_ERRNOS`) as :class:`LocalStorageError`.
+
+    Other ``OSError``s pass unchanged: an ``EIO`` or a vanished mount may well pass on the next try.
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in FINAL_LOCAL_ERRNOS and not isinstance(exc, ConnectionError):
+            raise LocalStorageError(str(path), action, exc) from exc
+        raise
+
+
+#: Characters of what arrived that a :class:`NotAnExport` message shows.
+EXCERPT_CHARS = 300
+
+
+class NotAnExport(AirflowFailException):
+    """What arrived where an export CSV should be is something else: an HTML error page, a JSON body,
+    a first line that is not a header of column names.
+
+    It fails the task for good: the same link or file gives the same body again. The message shows a
+    bounded excerpt of what arrived (the caller redacts it first: an error page may echo a signed
+    link) and the ``Content-Type`` when it is known.
+    """
+
+    def __init__(self, what: str, why: str, *, excerpt: str, content_type: str | None = None) -> None:
+        self.what = what
+        self.why = why
+        self.excerpt = excerpt[:EXCERPT_CHARS]
+        self.content_type = content_type
+        kind = f"Content-Type {content_type}" if content_type else "no Content-Type known"
+        super().__init__(
+            f"{what} is not the export CSV: {why} ({kind}). It begins: {self.excerpt!r}. "
+            "Check the link and the export; retrying gets the same body."
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_not_export, (self.what, self.why, self.excerpt, self.content_type))
+
+
+def _rebuild_not_export(what: str, why: str, excerpt: str, content_type: str | None) -> NotAnExport:
+    return NotAnExport(what, why, excerpt=excerpt, content_type=content_type)

@@ -37,6 +37,7 @@ from abm_provider.download import (
     remove_stale_temps,
     write_manifest,
 )
+from abm_provider.exceptions import local_io
 from abm_provider.urls import UnsafeUrlError, check_url, safe_url
 
 if TYPE_CHECKING:
@@ -153,7 +154,10 @@ class ExecutionDownload:
         for attempt in (1, 2):
             fed = _CountingTee(tee) if tee is not None else None
             try:
-                return self.fetch(hook, uri, target, execution_id, export_type, fed, received)
+                # A full disk, a quota or a read-only archive folder fails the task for good, naming
+                # the file (it is no network failure, and no new link or download can help).
+                with local_io(display(target), "write the archive"):
+                    return self.fetch(hook, uri, target, execution_id, export_type, fed, received)
             except AbmApiError as err:
                 # 403: the pre-signed link expired. 412: the file changed between resumed requests, so
                 # the bytes so far are useless. Both are fixed once by a fresh link and a fresh start.

@@ -39,6 +39,7 @@ from airflow.sdk import ObjectStoragePath
 from airflow.sdk.exceptions import AirflowFailException
 
 from abm_provider.accounts import _is_local, _safe_key, as_storage_path, default_state_dir
+from abm_provider.exceptions import local_io
 
 __all__ = [
     "REJECTS_HEADER",
@@ -227,11 +228,12 @@ class RejectsWriter(AbstractContextManager["RejectsWriter"]):
         """Record one reject; ``record`` and ``line`` are left empty when unknown."""
         if self._closed:
             raise ValueError(f"the rejects file {self.path} is already closed")
-        if self._writer is None:
-            self._open()
-        self._writer.writerow(
-            ("" if line is None else line, "" if record is None else record, reason, _visible(raw))
-        )
+        with local_io(self.path, "write the rejects file"):
+            if self._writer is None:
+                self._open()
+            self._writer.writerow(
+                ("" if line is None else line, "" if record is None else record, reason, _visible(raw))
+            )
         self.count += 1
 
     def close(self) -> None:
@@ -247,9 +249,10 @@ class RejectsWriter(AbstractContextManager["RejectsWriter"]):
                     self.path.unlink()
             return
         file, self._file, self._writer = self._file, None, None
-        file.close()
-        if self._tmp is not None and self._local is not None:
-            os.replace(self._tmp, self._local)
+        with local_io(self.path, "write the rejects file"):
+            file.close()
+            if self._tmp is not None and self._local is not None:
+                os.replace(self._tmp, self._local)
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()

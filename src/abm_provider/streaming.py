@@ -73,9 +73,15 @@ class ExportStream:
     @property
     def broken(self) -> bool:
         """Whether the download ended with an error of its own (not one the load's stop caused)."""
+        return self.failure is not None
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The download's own error once it has ended (``None``: none, or only the load's stop)."""
         thread = self._thread
-        done = thread is not None and not thread.is_alive()
-        return done and self._error is not None and not isinstance(self._error, StreamCancelled)
+        if thread is None or thread.is_alive() or isinstance(self._error, StreamCancelled):
+            return None
+        return self._error
 
     def open(self, readers: int) -> list[BytePipe]:
         """Start the download with ``readers`` pipes, each receiving every byte from the first."""

@@ -8,9 +8,11 @@ test that compares the loader's table with them can fail.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
 import hashlib
+import http.server
 import json
 import os
 import random
@@ -18,6 +20,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -304,3 +307,67 @@ def run_until_killed(tmp_path: Path, patch: str, body: str, args: Mapping[str, A
             proc.wait()
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+# --- a storage origin on 127.0.0.1 ------------------------------------------------------------------
+
+
+class StorageHandler(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with ``body`` as ``content_type``, 200 (206 for a ``Range``), with its length
+    and an ETag; at ``rate`` bytes a second when set (a remote store's speed), and counts the requests.
+
+    The pacing waits on ``stopping``, which :func:`serve` sets on the way out, so no handler thread
+    outlives its test.
+    """
+
+    body = b""
+    content_type = "text/csv"
+    rate: float | None = None
+    served = 0
+    stopping = threading.Event()
+    url = ""
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server name
+        cls = type(self)
+        cls.served += 1
+        body, start = cls.body, 0
+        ranged = self.headers.get("Range", "")
+        if ranged.startswith("bytes="):
+            start = int(ranged[6:].split("-")[0])
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Type", cls.content_type)
+        self.send_header("Content-Length", str(len(body) - start))
+        self.send_header("ETag", f'"{hashlib.sha1(body, usedforsecurity=False).hexdigest()}"')
+        self.end_headers()
+        began, piece = time.monotonic(), 256 << 10
+        with contextlib.suppress(OSError):
+            for offset in range(start, len(body), piece):
+                self.wfile.write(body[offset : offset + piece])
+                if cls.rate:
+                    due = began + (offset + piece - start) / cls.rate
+                    if cls.stopping.wait(max(due - time.monotonic(), 0)):
+                        return
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serve(path: str = "/export.csv") -> Iterator[type[StorageHandler]]:
+    """A fresh :class:`StorageHandler` class served on 127.0.0.1; its ``url`` points at ``path``."""
+    handler = type("Storage", (StorageHandler,), {"stopping": threading.Event(), "served": 0})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    handler.url = f"http://127.0.0.1:{server.server_address[1]}{path}"
+    try:
+        yield handler
+    finally:
+        handler.stopping.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(10)

@@ -9,6 +9,10 @@ from typing import Any
 
 import pytest
 
+from sync.sync_support import warehouse  # noqa: F401 - the list-sync tests' warehouse fixture
+
+from .badinput_support import pg_schemas  # noqa: F401 - a fixture of every test here
+
 
 @pytest.fixture
 def abm(emulator: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:

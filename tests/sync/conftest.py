@@ -7,47 +7,10 @@ Each test gets its own DuckDB file or its own PostgreSQL schema, reached through
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from sync_support import CONN_ID, PG_DATABASE, PG_DSN, Warehouse, postgres_reason
-
-
-@pytest.fixture(params=["duckdb", "postgres"])
-def warehouse(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Warehouse]:
-    if request.param == "duckdb":
-        path = tmp_path / "warehouse.duckdb"
-        monkeypatch.setenv(
-            f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps({"conn_type": "duckdb", "host": str(path)})
-        )
-        yield Warehouse("duckdb", str(path), None)
-        return
-    reason = postgres_reason()
-    if reason:
-        pytest.skip(reason)
-    import psycopg
-
-    schema = f"sync_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    conn_value = {
-        "conn_type": "postgres",
-        "host": "127.0.0.1",
-        "port": 5432,
-        "login": "postgres",
-        "schema": PG_DATABASE,
-    }
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(conn_value))
-    try:
-        yield Warehouse("postgres", PG_DSN, schema)
-    finally:
-        with psycopg.connect(PG_DSN, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+from sync_support import warehouse  # noqa: F401 - the fixture, shared with tests/reliability
 
 
 @pytest.fixture

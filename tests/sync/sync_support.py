@@ -1,6 +1,8 @@
 """Support of the list-sync tests: a warehouse on DuckDB or PostgreSQL, read with its own driver.
 
-A module of its own (not ``conftest``) so the tests import it by a name no other test folder uses.
+A module of its own (not ``conftest``) so the tests import it by a name no other test folder uses;
+tests outside this folder (the concurrency tests in ``tests/reliability``) import it as
+``sync.sync_support``. It also holds the helpers that build a list, run a sync and read the result.
 
 Each test gets its own DuckDB file or its own PostgreSQL schema, reached through the Airflow connection
 ``abm_warehouse`` set in the environment, and a ``Warehouse`` that reads and writes it with the
@@ -9,9 +11,18 @@ database's own driver (never through the code under test).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import closing
+import json
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import closing, contextmanager
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+import pytest
+
+from abm_provider.hooks.abm import AbmHook
+from abm_provider.operators.account_lists import AccountListSyncOperator
 
 PG_ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
 PG_DATABASE = "abm_synctest"
@@ -85,3 +96,113 @@ class Warehouse:
                     for row in rows:
                         copy.write_row(row)
             conn.commit()
+
+
+@contextmanager
+def open_warehouse(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Warehouse]:
+    """A fresh DuckDB file or PostgreSQL schema as ``abm_warehouse``; skips when PostgreSQL is down."""
+    if kind == "duckdb":
+        path = tmp_path / "warehouse.duckdb"
+        monkeypatch.setenv(
+            f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps({"conn_type": "duckdb", "host": str(path)})
+        )
+        yield Warehouse("duckdb", str(path), None)
+        return
+    reason = postgres_reason()
+    if reason:
+        pytest.skip(reason)
+    import psycopg
+
+    schema = f"sync_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    conn_value = {
+        "conn_type": "postgres",
+        "host": "127.0.0.1",
+        "port": 5432,
+        "login": "postgres",
+        "schema": PG_DATABASE,
+    }
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(conn_value))
+    try:
+        yield Warehouse("postgres", PG_DSN, schema)
+    finally:
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def warehouse(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Warehouse]:
+    """A sync test's warehouse: its own DuckDB file, or its own schema of the test PostgreSQL."""
+    with open_warehouse(request.param, tmp_path, monkeypatch) as found:
+        yield found
+
+
+COLUMNS = ["account_id", "account_name", "crm_org_id"]
+COLUMN_MAP = {"id": "account_id", "name": "account_name", "crmOrgId": "crm_org_id"}
+ORG = "00D000000000001"
+
+
+def account_id(n: int) -> str:
+    return f"001{n:015d}"
+
+
+def rows_for(numbers: range | list[int], org: str | None = ORG) -> list[tuple[str, str, str | None]]:
+    return [(account_id(n), f"Account {n}", org) for n in numbers]
+
+
+def context(run_id: str) -> dict[str, Any]:
+    ti = SimpleNamespace(dag_id="sync_test", task_id="sync", run_id=run_id, try_number=1, map_index=-1)
+    return {"ti": ti, "task_instance": ti, "run_id": run_id}
+
+
+def make_list(name: str = "Targets") -> str:
+    hook = AbmHook()
+    folder = hook.ensure_folder("Sync tests")
+    return str(hook.ensure_list(name, folder["folderId"])["listId"])
+
+
+def operator(warehouse: Warehouse, list_id: str, **kwargs: Any) -> AccountListSyncOperator:
+    kwargs.setdefault("table", warehouse.name("targets"))
+    kwargs.setdefault("column_map", COLUMN_MAP)
+    return AccountListSyncOperator(
+        task_id="sync",
+        list_id=list_id,
+        sql_conn_id=CONN_ID,
+        state_schema=warehouse.schema,
+        max_attempts=1,
+        **kwargs,
+    )
+
+
+def sync(warehouse: Warehouse, list_id: str, run_id: str, **kwargs: Any) -> dict[str, Any]:
+    result: dict[str, Any] = operator(warehouse, list_id, **kwargs).execute(context(run_id))
+    return result
+
+
+def member_ids(abm: Any, list_id: str) -> set[str]:
+    return {m["id"] for m in abm.members(list_id)}
+
+
+def membership_requests(abm: Any) -> dict[str, int]:
+    """Add and remove requests the service received since the log was last cleared."""
+    counts = {"add": 0, "remove": 0}
+    for seen in abm.requests_seen():
+        path = str(seen.get("path", ""))
+        for action in counts:
+            if seen.get("method") == "POST" and path.endswith(f"/accounts/{action}"):
+                counts[action] += 1
+    return counts
+
+
+def clear_requests(abm: Any) -> None:
+    abm.admin("DELETE", "/_admin/requests")
+
+
+def state_ids(warehouse: Warehouse, list_id: str) -> set[str]:
+    rows = warehouse.query(
+        f"SELECT account_id FROM {warehouse.name('abm_sync_members')} WHERE list_id = %s", [list_id]
+    )
+    return {r[0] for r in rows}

@@ -6,83 +6,28 @@ never from the operator's own summary; the warehouse is read with the database's
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from sync_support import CONN_ID, Warehouse
+from sync_support import (
+    COLUMNS,
+    ORG,
+    Warehouse,
+    account_id,
+    clear_requests,
+    context,
+    make_list,
+    member_ids,
+    membership_requests,
+    operator,
+    rows_for,
+    state_ids,
+    sync,
+)
 
-from abm_provider.hooks.abm import AbmHook
-from abm_provider.operators.account_lists import AccountListSyncOperator
 from abm_provider.rejects import TooManyRejects
 
-COLUMNS = ["account_id", "account_name", "crm_org_id"]
-COLUMN_MAP = {"id": "account_id", "name": "account_name", "crmOrgId": "crm_org_id"}
-ORG = "00D000000000001"
 NOT_FOUND = "002000000000000099"  # well formed, but not an account id: the service reports it not found
-
-
-def account_id(n: int) -> str:
-    return f"001{n:015d}"
-
-
-def rows_for(numbers: range | list[int], org: str | None = ORG) -> list[tuple[str, str, str | None]]:
-    return [(account_id(n), f"Account {n}", org) for n in numbers]
-
-
-def context(run_id: str) -> dict[str, Any]:
-    ti = SimpleNamespace(dag_id="sync_test", task_id="sync", run_id=run_id, try_number=1, map_index=-1)
-    return {"ti": ti, "task_instance": ti, "run_id": run_id}
-
-
-def make_list(name: str = "Targets") -> str:
-    hook = AbmHook()
-    folder = hook.ensure_folder("Sync tests")
-    return str(hook.ensure_list(name, folder["folderId"])["listId"])
-
-
-def operator(warehouse: Warehouse, list_id: str, **kwargs: Any) -> AccountListSyncOperator:
-    kwargs.setdefault("table", warehouse.name("targets"))
-    kwargs.setdefault("column_map", COLUMN_MAP)
-    return AccountListSyncOperator(
-        task_id="sync",
-        list_id=list_id,
-        sql_conn_id=CONN_ID,
-        state_schema=warehouse.schema,
-        max_attempts=1,
-        **kwargs,
-    )
-
-
-def sync(warehouse: Warehouse, list_id: str, run_id: str, **kwargs: Any) -> dict[str, Any]:
-    result: dict[str, Any] = operator(warehouse, list_id, **kwargs).execute(context(run_id))
-    return result
-
-
-def member_ids(abm: Any, list_id: str) -> set[str]:
-    return {m["id"] for m in abm.members(list_id)}
-
-
-def membership_requests(abm: Any) -> dict[str, int]:
-    """Add and remove requests the service received since the log was last cleared."""
-    counts = {"add": 0, "remove": 0}
-    for seen in abm.requests_seen():
-        path = str(seen.get("path", ""))
-        for action in counts:
-            if seen.get("method") == "POST" and path.endswith(f"/accounts/{action}"):
-                counts[action] += 1
-    return counts
-
-
-def clear_requests(abm: Any) -> None:
-    abm.admin("DELETE", "/_admin/requests")
-
-
-def state_ids(warehouse: Warehouse, list_id: str) -> set[str]:
-    rows = warehouse.query(
-        f"SELECT account_id FROM {warehouse.name('abm_sync_members')} WHERE list_id = %s", [list_id]
-    )
-    return {r[0] for r in rows}
 
 
 @pytest.mark.timeout(600)

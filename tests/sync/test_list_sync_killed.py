@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sync_support import CONN_ID, Warehouse
-from test_list_sync import (
+from sync_support import (
     COLUMN_MAP,
     COLUMNS,
+    CONN_ID,
+    Warehouse,
     account_id,
     clear_requests,
     make_list,

@@ -8,6 +8,8 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from loadtest_support import TACTIC_COLUMNS, download_xcom, expected, tactic_rows, write_csv
 
+from abm_provider.exceptions import NotAnExport
+
 ROWS = tactic_rows([dt.date(2026, 10, 1)], 3, version=1)
 
 
@@ -61,7 +63,8 @@ def test_add_columns_widens_an_existing_table_and_keeps_old_rows(warehouse, tmp_
 def test_header_names_that_are_not_identifiers_are_refused(native_warehouse, tmp_path):
     path = tmp_path / "evil.csv"
     path.write_text('date,"tactic_id; DROP TABLE x",clicks\n', encoding="utf-8")
-    with pytest.raises(ValueError, match="not a plain identifier"):
+    # Final (an AirflowFailException): the same file is refused again on every try.
+    with pytest.raises(NotAnExport, match=r"not a header of column names \('tactic_id; DROP TABLE x'"):
         native_warehouse.operator(source=download_xcom(path, "x1")).execute(context={})
 
 

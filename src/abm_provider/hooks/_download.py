@@ -18,13 +18,15 @@ from urllib.parse import urljoin, urlsplit
 import requests
 import tenacity
 
-from abm_provider.exceptions import AbmApiError
+from abm_provider.exceptions import EXCERPT_CHARS, AbmApiError, UnexpectedBody
 from abm_provider.hooks._pipeline import USER_AGENT, Answer, Call, ErrorBody, Pipeline, Prepared
 from abm_provider.hooks._transports import RequestsTransport
 from abm_provider.models import DownloadResult
 from abm_provider.urls import UnsafeUrlError, check_url, safe_url, url_origin
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+#: Media types no export file is served as: an HTML page, a JSON or XML (error) body.
+_NOT_FILE_TYPES = frozenset({"text/html", "application/json", "text/json", "application/xml", "text/xml"})
 WRITE_SIZE = 256 << 10
 
 
@@ -123,6 +125,27 @@ class Download:
             return err
         raise AssertionError("an error status always raises")  # pragma: no cover
 
+    def _check_media_type(self, response: requests.Response) -> None:
+        """Refuse a web page or an API error body answered with 200 where the file should be.
+
+        Why here: a proxy's login page or a storage error in JSON would otherwise be archived, hashed
+        and handed to the load as if it were the export. The excerpt is read within ``max_error_bytes``
+        and redacted (such pages echo the link they were asked for).
+        """
+        content_type = response.headers.get("Content-Type") or ""
+        media = content_type.split(";")[0].strip().lower()
+        if not (media in _NOT_FILE_TYPES or media.endswith(("+json", "+xml"))):
+            return
+        body = response.raw.read(min(self.limits.max_error_bytes, EXCERPT_CHARS), decode_content=False)
+        excerpt = (body or b"").decode("utf-8", "replace")
+        message = (
+            f"the link answered {response.status_code} with Content-Type {content_type}, not the file; "
+            f"the body begins: {excerpt!r}. Retrying gets the same page: check the link and the export"
+        )
+        raise self.pipeline.error(
+            self.call, "malformed", message, response.status_code, response.headers, cls=UnexpectedBody
+        )
+
     def _write(self, view: memoryview) -> None:
         # Writes of a few hundred KiB: on a VM whose memory the host reclaims, the page cache takes
         # 8 MiB writes at a third of the speed (measured: 2.1-2.6 s per GiB against 0.4-0.5 s).
@@ -158,6 +181,8 @@ class Download:
             skip = self.written - start
         else:
             total, skip = self.pipeline.content_length(self.call, status, headers), self.written
+        if not self.started:
+            self._check_media_type(response)
         etag = headers.get("ETag")
         changed = self.etag and etag and etag != self.etag
         if self.started and (changed or (None not in (self.total, total) and total != self.total)):

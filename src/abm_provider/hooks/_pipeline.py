@@ -149,11 +149,13 @@ class Pipeline:
         headers: Mapping[str, str] | None = None,
         classified: FailureKind = "final",
         body: ErrorBody | None = None,
+        cls: type[AbmApiError] = AbmApiError,
     ) -> AbmApiError:
-        """The one way an :class:`AbmApiError` is made: every text field passes the redactor."""
+        """The one way an :class:`AbmApiError` (or a subclass, ``cls``) is made: every text field
+        passes the redactor."""
         redact, headers = self.redact, headers or {}
         request_id = next((headers[h] for h in REQUEST_ID_HEADERS if headers.get(h)), None)
-        return AbmApiError(
+        return cls(
             method=call.method,
             path=redact(call.path),
             http_status=status,

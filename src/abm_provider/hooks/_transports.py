@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import errno
 import heapq
+import http.client
 import logging
 import os
 import socket
@@ -26,6 +28,7 @@ from typing import Any
 
 import requests
 import urllib3
+import urllib3.exceptions
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
@@ -185,6 +188,41 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
         current = next((w for w in wrapped if isinstance(w, BaseException)), None)
 
 
+#: Socket errors that ``http.client``'s own reads (which the download uses) raise as a plain ``OSError``.
+_NETWORK_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in (
+        "ECONNABORTED",
+        "ECONNRESET",
+        "ECONNREFUSED",
+        "EHOSTDOWN",
+        "EHOSTUNREACH",
+        "ENETDOWN",
+        "ENETRESET",
+        "ENETUNREACH",
+        "ENOTCONN",
+        "EPIPE",
+        "ESHUTDOWN",
+        "ETIMEDOUT",
+    )
+    if hasattr(errno, name)
+)
+
+
+def is_network_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the connection's failure, not the failure of the code reading the body.
+
+    Why: the body of a download is read in a loop that also writes the file and feeds the load. A
+    full disk (``ENOSPC``), the load's own cancel or a bug there must surface as what it is, not as
+    "connection lost", which the retry policy would repeat onto the same full disk.
+    """
+    if isinstance(exc, (requests.RequestException, urllib3.exceptions.HTTPError, http.client.HTTPException)):
+        return True
+    if isinstance(exc, (ConnectionError, TimeoutError, ssl.SSLError, UnsafeUrlError)):
+        return True
+    return isinstance(exc, OSError) and exc.errno in _NETWORK_ERRNOS
+
+
 def _failure(exc: BaseException, deadline: Deadline, prepared: Prepared) -> AbmApiError:
     """What a ``requests`` exception means, as an ``AbmApiError`` of the right kind."""
     causes = list(_causes(exc))
@@ -218,8 +256,10 @@ class RequestsTransport:
 
     @contextlib.contextmanager
     def stream(self, prepared: Prepared, total: float | None = None) -> Iterator[requests.Response]:
-        """The open response of ``prepared`` within ``total`` seconds; every exception in the block (body
-        reads included) becomes an ``AbmApiError``, and the unread rest is discarded on the way out."""
+        """The open response of ``prepared`` within ``total`` seconds; the unread rest is discarded on the
+        way out. A network failure in the block (body reads included), or any failure once the deadline
+        cut the connection, becomes an ``AbmApiError``; anything else (a local write, the caller's own
+        stop) is raised as it is (:func:`is_network_error`)."""
         deadline = Deadline(total or prepared.timeout)
         with deadline:
             try:
@@ -237,7 +277,7 @@ class RequestsTransport:
             try:
                 yield response
             except Exception as exc:
-                if deadline.expired or not isinstance(exc, AbmApiError):
+                if deadline.expired or is_network_error(exc):
                     raise _failure(exc, deadline, prepared) from None
                 raise
             finally:

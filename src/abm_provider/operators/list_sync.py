@@ -32,8 +32,8 @@ from abm_provider.operators._base import (
     is_deferred,
 )
 from abm_provider.rejects import check_limit
-from abm_provider.sync.database import StateDatabase, sql_hook
-from abm_provider.sync.engine import MODES, ListSync, Mode, SyncOptions
+from abm_provider.sync.database import sql_hook
+from abm_provider.sync.engine import MODES, ListSync, Mode, SyncOptions, check_lock_timeout, open_state
 from abm_provider.sync.state import DEFAULT_PREFIX, StateTables
 from abm_provider.urls import path_segment
 from abm_provider.warehouse.schema import TableName
@@ -74,6 +74,12 @@ class AccountListSyncOperator(AbmBaseOperator):
     a refused row (invalid, or not found by the service) is not sent again until one of its values
     changes. See :mod:`abm_provider.sync.engine`.
 
+    One sync of a list runs at a time: the run takes a lock per list in the state database before it
+    reads anything (a session advisory lock on PostgreSQL; the file itself between processes on
+    DuckDB; within the process only on other databases). A second sync of the list waits up to
+    ``lock_timeout`` seconds, then fails with ``SyncAlreadyRunning`` ("another sync of list X is
+    running (run id ...)"), an ``AirflowException``, so the task's retries apply.
+
     :param list_id: the list to keep (templated; e.g. ``ensure_list.output["list_id"]``).
     :param table: source table, ``table`` or ``schema.table`` (templated), read with ``sql_conn_id``.
     :param sql: source query (templated; ``.sql`` files are templates), run with ``sql_conn_id``.
@@ -94,6 +100,9 @@ class AccountListSyncOperator(AbmBaseOperator):
     :param max_in_flight: requests open at once (default 2, at most 8).
     :param drift_check: after a run, compare the recorded count with the list's
         ``estimatedAccountsCount`` and warn with both when they differ (default ``True``).
+    :param lock_timeout: seconds to wait for another sync of the same list to end before failing
+        with ``SyncAlreadyRunning`` (templated; default ``0``: fail at once and leave the waiting to
+        the task's retries, so a stuck sync does not hold a worker slot per waiting task).
     :return: ``{"to_add", "to_remove", "added", "removed", "duplicates", "not_found", "rejected",
         "dry_run", "held", "source_rows", "list_id", "mode", "state_count"[, "service_count"]}``:
         counts only, never accounts. ``held`` counts rows refused before and skipped.
@@ -113,6 +122,7 @@ class AccountListSyncOperator(AbmBaseOperator):
         "state_conn_id",
         "state_schema",
         "default_crm_org_id",
+        "lock_timeout",
     )
     template_ext: Sequence[str] = (".sql",)
     template_fields_renderers: ClassVar[dict[str, str]] = ACCOUNT_SOURCE_RENDERERS
@@ -142,6 +152,7 @@ class AccountListSyncOperator(AbmBaseOperator):
         max_in_flight: int = 2,
         progress_interval: float = 30.0,
         drift_check: bool = True,
+        lock_timeout: float | str = 0,
         **kwargs: Any,
     ) -> None:
         given = [n for n, v in (("table", table), ("sql", sql), ("accounts_path", accounts_path)) if v]
@@ -173,6 +184,8 @@ class AccountListSyncOperator(AbmBaseOperator):
         check_in_flight(max_in_flight)
         if progress_interval <= 0:
             raise ValueError("progress_interval must be positive")
+        if not is_deferred(lock_timeout):
+            check_lock_timeout(lock_timeout)
         if not is_deferred(list_id):
             path_segment(list_id, "list_id")
         if table and sql_conn_id and not is_deferred(table) and not is_deferred(sql_conn_id):
@@ -200,6 +213,7 @@ class AccountListSyncOperator(AbmBaseOperator):
         self.max_in_flight = max_in_flight
         self.progress_interval = progress_interval
         self.drift_check = drift_check
+        self.lock_timeout = lock_timeout
         self._lineage: dict[str, Any] | None = None
 
     def _source(self) -> AccountSource:
@@ -231,6 +245,7 @@ class AccountListSyncOperator(AbmBaseOperator):
                 batch_size=self.batch_size,
                 max_in_flight=self.max_in_flight,
                 progress_interval=self.progress_interval,
+                lock_timeout=check_lock_timeout(self.lock_timeout),
             )
         except ValueError as err:
             raise AirflowFailException(str(err)) from err
@@ -249,7 +264,7 @@ class AccountListSyncOperator(AbmBaseOperator):
             raise AirflowFailException(str(err)) from err
         state_conn_id = self.state_conn_id or self.sql_conn_id
         assert state_conn_id is not None
-        db = StateDatabase(sql_hook(state_conn_id, "state_conn_id"))
+        db = open_state(sql_hook(state_conn_id, "state_conn_id"), options)
         self.log.info(
             "Syncing list %s (%s%s) from %s; state in %s on %s",
             options.list_id,

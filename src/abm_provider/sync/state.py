@@ -14,6 +14,9 @@ Four tables, created on first use, shared by every list the sync keeps (each row
 
 Every value is passed as a bind parameter; only the identifiers, checked as plain names, are spliced
 into the SQL text.
+
+A sync holds a lock per list while it runs (see :meth:`StateTables.lock_key`), so two syncs of one
+list never plan or record over each other.
 """
 
 from __future__ import annotations
@@ -55,6 +58,16 @@ class StateTables:
             return TableName(schema, prefix + name)
 
         return cls(table("members"), table("plan"), table("rejects"), table("runs"))
+
+    def lock_key(self, list_id: str | None = None) -> str:
+        """The name of the lock of one list's sync on these tables, or of creating them (no ``list_id``).
+
+        Stable across processes and releases, so every sync of a list agrees on it: the same list
+        kept in tables of another schema or prefix is separate state and gets another lock.
+        """
+        prefix = self.members.name.removesuffix("members")
+        base = f"abm_provider.sync:{self.members.schema or ''}.{prefix}"
+        return f"{base}:list:{list_id}" if list_id is not None else f"{base}:tables"
 
     def create_sql(self) -> list[str]:
         """``CREATE TABLE IF NOT EXISTS`` for each table, in portable types."""

@@ -11,6 +11,7 @@ table as it was, and bad rows go to a rejects file instead of disappearing. See
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import os
@@ -29,6 +30,7 @@ from abm_provider.fetch import ExecutionDownload, display, execution_inputs
 from abm_provider.lineage import table_dataset
 from abm_provider.rejects import Limit, check_limit, default_rejects_path, task_rejects_location
 from abm_provider.streaming import ExportStream
+from abm_provider.triggers.exports import parse_timestamp
 from abm_provider.urls import safe_url
 from abm_provider.warehouse import LoadRequest, Method, SchemaMismatch, loader_for
 from abm_provider.warehouse.ledger import DEFAULT_LEDGER_TABLE
@@ -233,7 +235,12 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         uri = download.link(hook, uri, export_type, execution_id)
         target = download.target(context, execution_id, uri)
         archive = display(target)
-        meta = {"path": archive, "execution_id": execution_id, "export_type": export_type}
+        meta = {
+            "path": archive,
+            "execution_id": execution_id,
+            "export_type": export_type,
+            "update_time": execution.get("updateTime") or execution.get("createTime"),
+        }
         local = Path(local_path(target)) if is_local(target) else None
         done = download.already_downloaded(target, execution_id)
         if done is None and self.stream and local is not None:
@@ -248,8 +255,11 @@ class ExecutionCsvToSqlOperator(BaseOperator):
                 result = self._load(local, meta, self._rejects(context, local, remote=False), stream)
             except Exception as exc:
                 stream.cancel()
-                if not stream.broken:
+                failure = stream.failure
+                if failure is None:  # the load failed on its own: its error is the task's
                     raise
+                if isinstance(failure, AirflowFailException):  # a full disk: no new download can help
+                    raise failure from exc
                 self.log.warning(
                     "The load of %s while it downloaded was rolled back, nothing committed (%s); "
                     "downloading the file again, then loading it",
@@ -298,6 +308,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
             on_schema_change="add_columns" if self.on_schema_change == "add_columns" else "fail",
             max_rejected=self.max_rejected,
             stream=stream,
+            execution_time=_naive_utc(meta.get("update_time")),
         )
         hook = self.get_db_hook()
         loader = loader_for(
@@ -354,6 +365,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
                 "sha256": source.get("sha256"),
                 "execution_id": source.get("execution_id") or source.get("executionId"),
                 "export_type": source.get("export_type") or source.get("exportType") or source.get("type"),
+                "update_time": source.get("update_time") or source.get("updateTime"),
             }
         if isinstance(source, str | os.PathLike):
             return {"path": source}
@@ -417,6 +429,15 @@ class ExecutionCsvToSqlOperator(BaseOperator):
             },
         )
         return OperatorLineage(inputs=[Dataset(namespace="file", name=info["path"])], outputs=[output])
+
+
+def _naive_utc(value: Any) -> dt.datetime | None:
+    """An execution's ``updateTime`` as the ledger stores times (naive UTC); a clear error if unreadable."""
+    try:
+        parsed = parse_timestamp(value)
+    except ValueError as err:
+        raise AirflowFailException(f"the source's update_time {value!r} is not a timestamp: {err}") from err
+    return parsed.replace(tzinfo=None) if parsed is not None else None
 
 
 def _sha256(path: Path) -> str:

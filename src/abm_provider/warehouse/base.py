@@ -15,6 +15,12 @@
    reader sees the old table or the new one, never a mix, and a load killed anywhere before the
    commit leaves the table and the ledger as they were.
 
+Loads into one table end in commit order, not data order: a backfill or a second DAG run may commit
+an older execution after a newer one. So, under the lock, a load whose execution is older (by
+``LoadRequest.execution_time``, the ledger's ``execution_time``) than one whose rows are in the table
+replaces only rows no newer execution wrote, and leaves out the file's rows whose key a newer
+execution holds (``LoadResult.rows_stale``). Rows of a writer without a known time count as older.
+
 Into a table that does not exist yet, a warehouse that can (``direct_new_table``) first tries one
 bulk pass straight from the file into the new table, under the lock and inside the transaction that
 creates it (:meth:`WarehouseLoader.load_direct`). It keeps that pass only when it proves every record
@@ -116,6 +122,10 @@ class LoadRequest:
     on_schema_change: OnSchemaChange = "fail"
     max_rejected: Limit = 0
     stream: ByteSource | None = None
+    #: When the execution completed (its ``updateTime``, UTC, naive), which orders loads into one
+    #: table: rows an execution wrote are never replaced by an older execution's. ``None``: unknown
+    #: (a bare file), and the load replaces what it restates, as every load did before.
+    execution_time: dt.datetime | None = None
 
 
 @dataclass
@@ -135,6 +145,11 @@ class LoadResult:
     seconds: float = 0.0
     skipped: bool = False
     columns_added: list[str] = field(default_factory=list)
+    #: Rows of the file not loaded because a newer execution's row already holds their key: this
+    #: execution arrived after a newer one (a backfill, a concurrent run), and the newer figures stay.
+    rows_stale: int = 0
+    #: The newer executions that hold those keys (at most five), when ``rows_stale`` is not 0.
+    newer_executions: list[str] = field(default_factory=list)
 
     @property
     def rows_replaced(self) -> int:
@@ -302,6 +317,7 @@ class WarehouseLoader(ABC):
             self._rollback(conn)
             raise
         finally:
+            self._let_go_readers()
             self._close(conn)
         result.seconds = round(time.monotonic() - started, 3)
         return result
@@ -352,6 +368,7 @@ class WarehouseLoader(ABC):
         current = self.table_columns(conn, cur, request.table)
         if current != existing:  # another load changed the table while this one staged
             plan = plan_columns(request, header, current)
+        self._prepare_ledger(conn, cur, request)
         self._prepare_target(cur, request, plan)
         result.columns_added = list(plan.to_add)
 
@@ -374,6 +391,7 @@ class WarehouseLoader(ABC):
             self.log.info("%s was created by another load meanwhile; staging the file", request.table)
             self._restart(conn, cur)
             return False
+        self._prepare_ledger(conn, cur, request)
         self._prepare_target(cur, request, plan)
         loaded_at = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
         started = time.monotonic()
@@ -424,9 +442,7 @@ class WarehouseLoader(ABC):
         stream, request.stream = request.stream, None
         if stream is None:
             return
-        for reader in self.readers:
-            reader.detach()
-        self.readers = []
+        self._let_go_readers()
         started = time.monotonic()
         verified = stream.settle()
         request.sha256, request.size = verified.sha256, verified.size
@@ -437,6 +453,13 @@ class WarehouseLoader(ABC):
             request.sha256[:12],
             time.monotonic() - started,
         )
+
+    def _let_go_readers(self) -> None:
+        """Detach the stream's readers: the download never waits on them, and a thread blocked on
+        one wakes up (the load is over with them, on every path)."""
+        readers, self.readers = self.readers, []
+        for reader in readers:
+            reader.detach()
 
     def _restart(self, conn: Any, cur: Any) -> None:
         """Undo everything of the transaction and open a fresh one for the staged flow."""
@@ -458,6 +481,7 @@ class WarehouseLoader(ABC):
             rows_rejected=result.rows_rejected,
             loaded_at=loaded_at,
             method=self.method,
+            execution_time=request.execution_time,
         )
         cur.execute(
             ledger.insert_sql(request.ledger, self.placeholder), [self.adapt(conn, v) for v in entry.values()]
@@ -468,11 +492,115 @@ class WarehouseLoader(ABC):
     def _replace(
         self, cur: Any, request: LoadRequest, plan: ColumnPlan, loaded_at: dt.datetime, result: LoadResult
     ) -> None:
-        """Delete the restated keys, insert the staged rows, and index a table this load created."""
-        result.rows_deleted = self.delete_replaced(cur, request, plan)
-        result.rows_loaded = self.insert_new(cur, request, plan, loaded_at)
+        """Delete the restated keys, insert the staged rows, and index a table this load created.
+
+        When a newer execution than this one is in the table (the usual case: none, found by one
+        ledger query), rows it wrote are neither deleted nor replaced: see :meth:`_replace_older`.
+        """
+        newer = self._newer_execution(cur, request) if plan.table_exists else None
+        if newer is not None:
+            self._replace_older(cur, request, plan, loaded_at, result, newer)
+        else:
+            result.rows_deleted = self.delete_replaced(cur, request, plan)
+            result.rows_loaded = self.insert_new(cur, request, plan, loaded_at)
         if not plan.table_exists and self.unique_key_index:
             self._create_key_index(cur, request)
+
+    def _newer_execution(self, cur: Any, request: LoadRequest) -> tuple[str, Any] | None:
+        """The newest execution in the table newer than this one (id, time), or ``None``.
+
+        Called under the lock, after the ledger has its ``execution_time`` column. A load that does
+        not know its execution's time asks nothing and replaces, as before.
+        """
+        if request.execution_time is None:
+            return None
+        cur.execute(
+            ledger.newer_sql(request.ledger, self.placeholder),
+            self._newer_params(request),
+        )
+        row = cur.fetchone()
+        return (str(row[0]), row[1]) if row is not None else None
+
+    def _newer_params(self, request: LoadRequest) -> list[Any]:
+        return [
+            self.adapt(None, v)
+            for v in ledger.newer_params(str(request.table), request.execution_time, request.execution_id)
+        ]
+
+    def _replace_older(
+        self,
+        cur: Any,
+        request: LoadRequest,
+        plan: ColumnPlan,
+        loaded_at: dt.datetime,
+        result: LoadResult,
+        newer: tuple[str, Any],
+    ) -> None:
+        """The replace step of an execution older than one in the table: the newer figures stay.
+
+        It deletes only the restated rows no newer execution wrote, then inserts only the staged
+        rows whose key is free: after that delete, a key still in the table is a newer execution's.
+        """
+        result.rows_deleted = self.delete_replaced(cur, request, plan, keep_newer=True)
+        held, days = self._stale_rows(cur, request, plan)
+        result.rows_loaded = self.insert_new(cur, request, plan, loaded_at, keep_newer=True)
+        result.rows_stale = sum(held.values())
+        if not result.rows_stale:
+            self.log.info(
+                "Execution %s is older than execution %s (updated %s), which is in %s, but restates none "
+                "of its keys; loaded as usual",
+                request.execution_id,
+                newer[0],
+                newer[1],
+                request.table,
+            )
+            return
+        ranked = sorted(held, key=lambda e: (-held[e], e))
+        result.newer_executions = ranked[: ledger.NEWER_SHOWN]
+        more = f" and {len(ranked) - ledger.NEWER_SHOWN} more" if len(ranked) > ledger.NEWER_SHOWN else ""
+        self.log.warning(
+            "Execution %s (updated %s) is older than execution(s) %s%s already in %s (newest updated %s): "
+            "kept their figures for %d row(s)%s of %s and did not load them; loaded %d row(s) for keys no "
+            "newer execution covers.",
+            request.execution_id,
+            request.execution_time,
+            ", ".join(result.newer_executions),
+            more,
+            request.table,
+            newer[1],
+            result.rows_stale,
+            days,
+            request.path.name,
+            result.rows_loaded,
+        )
+
+    def _match_sql(self, request: LoadRequest, plan: ColumnPlan, target: str, stage: str) -> str:
+        """Equality of the natural key between a ``target`` row and a ``stage`` row (aliases)."""
+        return " AND ".join(
+            f"{target}.{quote(k)} = {self.typed(stage + '.' + quote(k), plan.kinds[k])}"
+            for k in request.key_columns
+        )
+
+    def _stale_rows(self, cur: Any, request: LoadRequest, plan: ColumnPlan) -> tuple[dict[str, int], str]:
+        """Per newer execution, the table's rows whose key the file holds (``delete_replaced`` left
+        only those), and the days they cover for the warning (when ``date`` is a key column)."""
+        day = quote("date") if "date" in request.key_columns else None
+        match = self._match_sql(request, plan, "h", "s")
+        writer = f"h.{quote(EXECUTION_ID_COLUMN)}"
+        group = f"{writer}, h.{day}" if day else writer
+        cur.execute(
+            f"SELECT {group}, COUNT(*) FROM {request.table.sql} h WHERE EXISTS "
+            f"(SELECT 1 FROM {STAGE_TABLE} s WHERE s._reason IS NULL AND {match}) GROUP BY {group}"
+        )
+        rows = cur.fetchall()
+        held: dict[str, int] = {}
+        for row in rows:
+            held[str(row[0])] = held.get(str(row[0]), 0) + int(row[-1])
+        if not (day and rows):
+            return held, ""
+        dates = sorted({str(row[1]) for row in rows})
+        span = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+        return held, f" over {len(dates)} day(s) ({span})"
 
     def _already_loaded(self, conn: Any, cur: Any, request: LoadRequest) -> bool:
         if self.table_columns(conn, cur, request.ledger) is None:
@@ -585,8 +713,24 @@ class WarehouseLoader(ABC):
             outcome="Nothing was loaded.",
         )
 
+    #: Whether ``ALTER TABLE ... ADD COLUMN IF NOT EXISTS`` is understood (not by SQLite).
+    add_column_if_not_exists: ClassVar[bool] = True
+
+    def _prepare_ledger(self, conn: Any, cur: Any, request: LoadRequest) -> None:
+        """Create the ledger, or add the columns an older version's ledger lacks (under the lock)."""
+        existing = self.table_columns(conn, cur, request.ledger)
+        if existing is None:
+            cur.execute(ledger.create_sql(request.ledger))
+            return
+        for name, sql_type in ledger.missing_columns(existing):
+            cur.execute(
+                ledger.add_column_sql(
+                    request.ledger, name, sql_type, if_not_exists=self.add_column_if_not_exists
+                )
+            )
+            self.log.warning("Added column %s %s to the load ledger %s", name, sql_type, request.ledger)
+
     def _prepare_target(self, cur: Any, request: LoadRequest, plan: ColumnPlan) -> None:
-        cur.execute(ledger.create_sql(request.ledger))
         if not plan.table_exists:
             columns = [f"{quote(n)} {plan.kinds[n].sql_type}" for n in plan.header]
             columns += [f"{quote(EXECUTION_ID_COLUMN)} TEXT", f"{quote(LOADED_AT_COLUMN)} TIMESTAMP"]
@@ -610,27 +754,57 @@ class WarehouseLoader(ABC):
         keys = ", ".join(quote(k) for k in request.key_columns)
         cur.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {index} ON {request.table.sql} ({keys})")
 
-    def delete_replaced(self, cur: Any, request: LoadRequest, plan: ColumnPlan) -> int:
-        """Delete the table's rows whose natural key the file holds (restated rows)."""
+    def delete_replaced(
+        self, cur: Any, request: LoadRequest, plan: ColumnPlan, *, keep_newer: bool = False
+    ) -> int:
+        """Delete the table's rows whose natural key the file holds (restated rows).
+
+        ``keep_newer``: except the rows an execution newer than this one wrote (by the ledger).
+        """
         target = quote(request.table.name)
-        match = " AND ".join(
-            f"{target}.{quote(k)} = {self.typed('s.' + quote(k), plan.kinds[k])}" for k in request.key_columns
-        )
-        cur.execute(
+        match = self._match_sql(request, plan, target, "s")
+        sql = (
             f"DELETE FROM {request.table.sql} WHERE EXISTS "
             f"(SELECT 1 FROM {STAGE_TABLE} s WHERE s._reason IS NULL AND {match})"
         )
+        if not keep_newer:
+            cur.execute(sql)
+            return self.rowcount(cur)
+        writer = f"{target}.{quote(EXECUTION_ID_COLUMN)}"
+        cur.execute(
+            f"{sql} AND ({writer} IS NULL OR {writer} NOT IN "
+            f"({ledger.newer_ids_sql(request.ledger, self.placeholder)}))",
+            self._newer_params(request),
+        )
         return self.rowcount(cur)
 
-    def insert_new(self, cur: Any, request: LoadRequest, plan: ColumnPlan, loaded_at: dt.datetime) -> int:
-        """Insert the staged rows, typed, with the lineage columns."""
+    def insert_new(
+        self,
+        cur: Any,
+        request: LoadRequest,
+        plan: ColumnPlan,
+        loaded_at: dt.datetime,
+        *,
+        keep_newer: bool = False,
+    ) -> int:
+        """Insert the staged rows, typed, with the lineage columns.
+
+        ``keep_newer``: only those whose key is not in the table (after ``delete_replaced`` with
+        ``keep_newer``, a key still there is a newer execution's).
+        """
         names = ", ".join(quote(n) for n in plan.header)
         values = ", ".join(self.typed(quote(n), plan.kinds[n]) for n in plan.header)
+        free = ""
+        if keep_newer:
+            free = (
+                f" AND NOT EXISTS (SELECT 1 FROM {request.table.sql} h "
+                f"WHERE {self._match_sql(request, plan, 'h', STAGE_TABLE)})"
+            )
         cur.execute(
             f"INSERT INTO {request.table.sql} "
             f"({names}, {quote(EXECUTION_ID_COLUMN)}, {quote(LOADED_AT_COLUMN)}) "
             f"SELECT {values}, {self.param('TEXT')}, {self.param('TIMESTAMP')} "
-            f"FROM {STAGE_TABLE} WHERE _reason IS NULL",
+            f"FROM {STAGE_TABLE} WHERE _reason IS NULL{free}",
             [request.execution_id, self.adapt(None, loaded_at)],
         )
         return self.rowcount(cur)

@@ -28,14 +28,18 @@ insertion order (DuckDB's default) because the stage's ``rowid`` is how a reject
 its line; the one-pass load into a new table needs no row numbers and drops it, which lets the
 readers' threads write as they go instead of buffering to restore the file's order.
 
-Concurrency: a DuckDB file has one writing process at a time (the file lock), and inside it the
-replace step is one transaction; two loads in one process conflict and the later commit fails
-rather than interleaving.
+Concurrency: a DuckDB file has one writing process at a time (the file lock). Inside that process,
+loads into one table take turns on an in-process lock (:meth:`DuckDBLoader.lock`), held from before
+the replace transaction reads anything until it ends, so the later load sees the earlier one's
+rows and ledger row (the newest execution wins, see :mod:`abm_provider.warehouse.base`) instead of
+failing on a write conflict.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -49,6 +53,14 @@ _REJECTS_SCAN = "_abm_reject_scans"
 _BATCH_ROWS = 50_000
 #: The message of the ``error()`` that stops the one-pass load at a row the rules reject.
 _UNSOUND = "abm: a record breaks a column rule"
+#: One lock per (database file, schema, table) of this process, for loads into that table.
+_TABLE_LOCKS: dict[tuple[str, str, str], threading.Lock] = {}
+_TABLE_LOCKS_GUARD = threading.Lock()
+
+
+def _table_lock(key: tuple[str, str, str]) -> threading.Lock:
+    with _TABLE_LOCKS_GUARD:
+        return _TABLE_LOCKS.setdefault(key, threading.Lock())
 
 
 class DuckDBLoader(WarehouseLoader):
@@ -65,6 +77,9 @@ class DuckDBLoader(WarehouseLoader):
         self.threads = threads
         # The byte scan of the last file, so a one-pass attempt that steps back does not read it again.
         self._scanned: tuple[tuple[Path, int, int], str | None] | None = None
+        # The database file and schema the connection writes to, and the table lock this load holds.
+        self._where: tuple[str, str] = ("", "")
+        self._held: threading.Lock | None = None
 
     def connect(self) -> Any:
         conn = self.hook.get_conn()
@@ -72,7 +87,41 @@ class DuckDBLoader(WarehouseLoader):
             conn.execute(f"SET memory_limit = '{_setting(self.memory_limit)}'")
         if getattr(self.hook, "threads", None) is None and self.threads:
             conn.execute(f"SET threads = {int(self.threads)}")
+        row = conn.execute(
+            "SELECT path, current_schema() FROM duckdb_databases() WHERE database_name = current_database()"
+        ).fetchone()
+        path = os.path.realpath(str(row[0])) if row and row[0] else f":memory:{id(conn)}"
+        self._where = (path, str(row[1]) if row else "main")
         return conn
+
+    def lock(self, cur: Any, table: TableName) -> None:
+        """Wait for the other loads of this process into ``table``; held until the transaction ends.
+
+        Taken right after ``BEGIN`` and before the transaction's first statement, which is when DuckDB
+        takes its snapshot: the load then reads what the previous holder committed.
+        """
+        if self._held is not None:
+            return
+        held = _table_lock((self._where[0], table.schema or self._where[1], table.name))
+        held.acquire()
+        self._held = held
+
+    def _let_go_table(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.release()
+
+    def _rollback(self, conn: Any) -> None:
+        try:
+            super()._rollback(conn)
+        finally:
+            self._let_go_table()
+
+    def _close(self, conn: Any) -> None:
+        try:
+            super()._close(conn)
+        finally:
+            self._let_go_table()
 
     def cursor(self, conn: Any) -> Any:
         # DuckDBPyConnection.cursor() opens a second connection with its own transaction; the load

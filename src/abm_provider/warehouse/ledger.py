@@ -4,10 +4,17 @@ Because the ledger row commits or rolls back with the rows it describes, "this e
 file are in the table" is exactly "the ledger has a row for them", which is what makes a re-run of
 the same execution a safe no-op. The ledger lives in the target's schema so that it travels with
 the data it describes (same backups, same grants).
+
+The ledger also orders the loads of one table: ``execution_time`` (the execution's ``updateTime``)
+says which execution is newer, and :func:`newer_sql` and :func:`newer_ids_sql` find the executions
+in the table that are newer than the one loading (see :meth:`WarehouseLoader._replace`). A ledger
+created before that column existed gets it added (:func:`missing_columns`, :func:`add_column_sql`)
+by the first load that writes to it; its older rows have no time, so they count as older.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from abm_provider.warehouse.schema import TableName
@@ -26,7 +33,12 @@ LEDGER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("rows_rejected", "BIGINT"),
     ("loaded_at", "TIMESTAMP NOT NULL"),
     ("method", "TEXT"),
+    ("execution_time", "TIMESTAMP"),
 )
+#: Columns later versions added, each nullable: a ledger created before them gets them added.
+ADDED_COLUMNS: tuple[tuple[str, str], ...] = (("execution_time", "TIMESTAMP"),)
+#: How many of the newer executions a load names in its summary and its warning.
+NEWER_SHOWN = 5
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,8 @@ class LedgerEntry:
     rows_rejected: int
     loaded_at: object
     method: str
+    #: When the execution completed (its ``updateTime``, naive UTC); ``None`` when unknown.
+    execution_time: object = None
 
     def values(self) -> tuple[object, ...]:
         return (
@@ -56,6 +70,7 @@ class LedgerEntry:
             self.rows_rejected,
             self.loaded_at,
             self.method,
+            self.execution_time,
         )
 
 
@@ -91,3 +106,58 @@ def find_execution_sql(ledger: TableName, placeholder: str) -> str:
         f"SELECT loaded_at, rows_loaded, sha256 FROM {ledger.sql} WHERE target_table = {p} "
         f"AND execution_id = {p} ORDER BY loaded_at DESC"
     )
+
+
+def missing_columns(existing: Sequence[str]) -> list[tuple[str, str]]:
+    """The columns (name, type) an older ledger with ``existing`` columns lacks."""
+    have = {name.lower() for name in existing}
+    return [(name, sql_type) for name, sql_type in ADDED_COLUMNS if name not in have]
+
+
+def add_column_sql(ledger: TableName, name: str, sql_type: str, *, if_not_exists: bool) -> str:
+    """Add a column to an older ledger; ``if_not_exists`` where the dialect has it (PostgreSQL, DuckDB),
+    so a load into another table that migrated the same ledger meanwhile is no error."""
+    guard = "IF NOT EXISTS " if if_not_exists else ""
+    return f"ALTER TABLE {ledger.sql} ADD COLUMN {guard}{name} {sql_type}"
+
+
+def _latest_sql(ledger: TableName, placeholder: str) -> str:
+    """Each execution's newest ledger row for one table (parameter: the table)."""
+    return (
+        "SELECT execution_id, execution_time, ROW_NUMBER() OVER "
+        "(PARTITION BY execution_id ORDER BY loaded_at DESC) AS _n "
+        f"FROM {ledger.sql} WHERE target_table = {placeholder} AND execution_id IS NOT NULL"
+    )
+
+
+def _newer_where(placeholder: str) -> str:
+    """Parameters: the loading execution's time, then its id twice (compared NULL-safely)."""
+    p = placeholder
+    return f"_n = 1 AND execution_time > {p} AND (CAST({p} AS TEXT) IS NULL OR execution_id <> {p})"
+
+
+def newer_sql(ledger: TableName, placeholder: str) -> str:
+    """The newest execution in a table newer than the loading one: one row at most, usually none.
+
+    Parameters: table, execution time, execution id, execution id. A row without a time is never
+    newer, so loads that pass no times keep replacing what they restate.
+    """
+    return (
+        f"SELECT execution_id, execution_time FROM ({_latest_sql(ledger, placeholder)}) w "
+        f"WHERE {_newer_where(placeholder)} ORDER BY execution_time DESC LIMIT 1"
+    )
+
+
+def newer_ids_sql(ledger: TableName, placeholder: str) -> str:
+    """A subquery of the ids of every execution in a table newer than the loading one.
+
+    Same parameters as :func:`newer_sql`; the ids are never NULL, so ``NOT IN`` it is safe.
+    """
+    return (
+        f"SELECT execution_id FROM ({_latest_sql(ledger, placeholder)}) w WHERE {_newer_where(placeholder)}"
+    )
+
+
+def newer_params(table: str, execution_time: object, execution_id: str | None) -> list[object]:
+    """The parameters of :func:`newer_sql` and :func:`newer_ids_sql`, in order."""
+    return [table, execution_time, execution_id, execution_id]

@@ -235,9 +235,13 @@ class PostgresLoader(WarehouseLoader):
                     with request.path.open("rb") as handle:
                         copied = self._copy(cur, sql, _progress(_read(handle), request.size, self.log))
             except BaseException:
+                # Both readers are let go, which wakes the pre-scan's read-ahead thread if it waits on
+                # its pipe: the pool below waits for the scan, and the interpreter at exit for Arrow's
+                # I/O threads.
                 stop.set()
                 if streamed:
                     data.detach()
+                    beside.detach()
                 raise
             vouched = prescan.result()
         if vouched is not None and vouched == copied and order.increasing:

@@ -18,6 +18,10 @@ from collections.abc import Iterable, Iterator, Set
 from dataclasses import dataclass
 from pathlib import Path
 
+from abm_provider.exceptions import EXCERPT_CHARS, NotAnExport
+from abm_provider.urls import Redactor
+from abm_provider.warehouse.schema import IDENTIFIER
+
 _BOM = "\ufeff"
 #: The longest field any path accepts. Python's csv module stops at 128 KiB by default and DuckDB's
 #: reader at 2 MB a line, which would reject a valid record with a long free-text value on one path
@@ -89,17 +93,40 @@ def read_header(path: Path) -> list[str]:
 
 
 def parse_header(lines: Iterable[str], what: str) -> list[str]:
-    """The column names of the first record of ``lines`` (decoded with ``surrogateescape``)."""
+    """The column names of the first record of ``lines`` (decoded with ``surrogateescape``).
+
+    A first line that is not a header of column names (an HTML page, a JSON body, prose) raises
+    :class:`~abm_provider.exceptions.NotAnExport` showing how it begins; an empty file or one that is
+    not UTF-8 raises :class:`UnreadableFile`.
+    """
+    seen: list[str] = []
+
+    def remembered() -> Iterator[str]:
+        for line in lines:
+            if sum(map(len, seen)) < EXCERPT_CHARS:
+                seen.append(line)
+            yield line
+
+    def not_an_export(why: str) -> NotAnExport:
+        # Redacted: an error page may echo the signed link it was asked for.
+        redact = Redactor()
+        excerpt = "".join(seen)[:EXCERPT_CHARS].encode("utf-8", "replace").decode("utf-8")
+        return NotAnExport(what, redact(why), excerpt=redact(excerpt))
+
     try:
-        row = next(csv.reader(lines, strict=True), None)
+        row = next(csv.reader(remembered(), strict=True), None)
     except csv.Error as exc:
-        raise UnreadableFile(f"{what}: the header row is not valid CSV: {exc}") from exc
+        raise not_an_export(f"its first line is not a CSV header ({exc})") from exc
     if not row:
         raise UnreadableFile(f"{what}: the file is empty; expected a header row")
     if any(_has_surrogates(name) for name in row):
         raise UnreadableFile(f"{what}: the header row is not valid UTF-8")
     row[0] = row[0].removeprefix(_BOM)
-    return [name.strip() for name in row]
+    names = [name.strip() for name in row]
+    odd = [name for name in names if not IDENTIFIER.fullmatch(name)]
+    if odd:
+        raise not_an_export(f"its first line is not a header of column names ({odd[0][:60]!r} is not one)")
+    return names
 
 
 def iter_records(path: Path, expected_fields: int) -> Iterator[Record]:
