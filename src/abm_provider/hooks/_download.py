@@ -148,7 +148,7 @@ class Download:
 
     def _write(self, view: memoryview) -> None:
         # Writes of a few hundred KiB: on a VM whose memory the host reclaims, the page cache takes
-        # 8 MiB writes at a third of the speed (measured: 2.1-2.6 s per GiB against 0.4-0.5 s).
+        # 8 MiB writes several times slower (docs/performance.md, "Figures behind design choices").
         for start in range(0, len(view), WRITE_SIZE):
             self.fileobj.write(view[start : start + WRITE_SIZE])
 

@@ -746,9 +746,9 @@ class WarehouseLoader(ABC):
         """The unique natural-key index of a table this load created, built once its rows are in.
 
         Why after the insert: building an index over rows already there is one sort, while keeping
-        it up to date row by row during the insert cost a 200 MB load 1 s more on PostgreSQL (7.3 s,
-        against 4.9 s to insert and 1.4 s to build). The table is new in this transaction, so
-        nobody sees it without the index.
+        it up to date row by row during the insert costs more than the insert and the build together
+        (docs/performance.md, "Figures behind design choices"). The table is new in this transaction,
+        so nobody sees it without the index.
         """
         index = quote(f"{request.table.name}_natural_key")
         keys = ", ".join(quote(k) for k in request.key_columns)

@@ -18,7 +18,7 @@ pass vouches for every record, no key repeats and the copy counted the same reco
 in after one write. Otherwise (a value the rules reject, or one the typed ``COPY`` refuses, or a
 repeated key) the transaction is rolled back, the new table with it, and the file is staged as above.
 The table gets no unique index: the load's lock keeps one row per key (below), and building the
-index cost 3 to 4 s of a 1 GiB load.
+index was a large share of a big load (docs/performance.md, "Figures behind design choices").
 
 A file ``COPY`` cannot split at all (wrong field count, broken quote, bytes that are not UTF-8)
 fails the ``COPY``; the load then rolls back to a savepoint and streams the file again through
@@ -62,8 +62,8 @@ class PostgresLoader(WarehouseLoader):
     #: Set by ``stage``: the pre-scan vouched for every staged record, so none has a ``_reason``.
     _all_sound = False
     # No unique index: the delete and insert under the load's lock already keep one row per key, and
-    # building one took 3 to 4 s of a 1 GiB load; a repeated key in the file is found by the pre-scan
-    # (keys in order) or a GROUP BY.
+    # building one is a large share of a big load; a repeated key in the file is found by the
+    # pre-scan (keys in order) or a GROUP BY.
     unique_key_index = False
     direct_new_table = True
     # COPY reads the download as it arrives, and the Arrow pre-scan reads it beside.

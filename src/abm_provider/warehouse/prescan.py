@@ -1,11 +1,11 @@
 """A vectorised pass over the file that vouches for every record, so the SQL check can be skipped.
 
 Why: PostgreSQL evaluates the column rules (:mod:`abm_provider.warehouse.schema`) row by row with its
-regular-expression engine, which costs more than the ``COPY`` itself (5.5 s against 2.9 s for a
-200 MB file). Arrow reads the same file and applies the same rules column at a time, each by the
-cheapest exact check it has (a strict cast for dates, a digit test for plain counts, RE2 for the
-rest: :func:`_column_sound`), in about 3 s of one core for 1 GiB, and it does so on a thread while
-``COPY`` streams the file (both release the GIL), so on two cores it costs little wall time.
+regular-expression engine, which costs more than the ``COPY`` itself (docs/performance.md, "Figures
+behind design choices"). Arrow reads the same file and applies the same rules column at a time, each
+by the cheapest exact check it has (a strict cast for dates, a digit test for plain counts, RE2 for
+the rest: :func:`_column_sound`), on a thread while ``COPY`` streams the file (both release the
+GIL), so on two cores it costs little wall time.
 
 The pass only ever says "every record is sound" or "not sure": a file it cannot read the way
 ``COPY`` does (bad quoting, bad UTF-8), a record it doubts, or a record count that differs from what
