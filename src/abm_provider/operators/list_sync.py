@@ -33,7 +33,8 @@ from abm_provider.operators._base import (
 )
 from abm_provider.rejects import check_limit
 from abm_provider.sync.database import sql_hook
-from abm_provider.sync.engine import MODES, ListSync, Mode, SyncOptions, check_lock_timeout, open_state
+from abm_provider.sync.engine import MODES, ListSync, Mode, SyncOptions
+from abm_provider.sync.lock import check_lock_timeout, open_state
 from abm_provider.sync.state import DEFAULT_PREFIX, StateTables
 from abm_provider.urls import path_segment
 from abm_provider.warehouse.schema import TableName
@@ -264,7 +265,9 @@ class AccountListSyncOperator(AbmBaseOperator):
             raise AirflowFailException(str(err)) from err
         state_conn_id = self.state_conn_id or self.sql_conn_id
         assert state_conn_id is not None
-        db = open_state(sql_hook(state_conn_id, "state_conn_id"), options)
+        db = open_state(
+            sql_hook(state_conn_id, "state_conn_id"), options.list_id, options.run_id, options.lock_timeout
+        )
         self.log.info(
             "Syncing list %s (%s%s) from %s; state in %s on %s",
             options.list_id,

@@ -6,7 +6,8 @@
 
 from __future__ import annotations
 
-from abm_provider.sync.engine import MODES, SUMMARY_KEYS, ListSync, SyncAlreadyRunning, SyncOptions
+from abm_provider.sync.engine import MODES, SUMMARY_KEYS, ListSync, SyncOptions
+from abm_provider.sync.lock import SyncAlreadyRunning
 from abm_provider.sync.state import DEFAULT_PREFIX, StateTables
 
 __all__ = [

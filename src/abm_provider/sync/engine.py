@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -36,18 +35,15 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow.sdk.exceptions import AirflowException
-
 from abm_provider._inflight import PerThread, in_order
 from abm_provider.accounts import AccountSource, AccountValidator
 from abm_provider.exceptions import AbmApiError
 from abm_provider.rejects import TooManyRejects, check_limit, check_rejects, describe_reject, raw_json
-from abm_provider.sync.database import LockHolder, StateDatabase, StateFileLocked, wait_for
+from abm_provider.sync.database import StateDatabase
+from abm_provider.sync.lock import check_lock_timeout, hold_list_lock
 from abm_provider.sync.state import DONE, DRY_RUN, SENDING, StateTables
 
 if TYPE_CHECKING:
-    from airflow.providers.common.sql.hooks.sql import DbApiHook
-
     from abm_provider.hooks.abm import AbmHook
     from abm_provider.models import AccountsResult
 
@@ -80,29 +76,6 @@ _STAGE_COLUMNS = (
 _SAMPLE = 5
 
 
-class SyncAlreadyRunning(AirflowException):
-    """Another sync of the list holds its lock, so this run read, sent and recorded nothing.
-
-    A plain ``AirflowException``, not ``AirflowFailException``: the other sync ends, so a later try
-    succeeds, and the task's ``retries`` apply.
-    """
-
-
-def check_lock_timeout(value: object, name: str = "lock_timeout") -> float:
-    """Seconds to wait for another sync of the list: a finite number >= 0, or its text once rendered."""
-    seconds: float | None = None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    elif isinstance(value, str):
-        try:
-            seconds = float(value.strip())
-        except ValueError:
-            seconds = None
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"{name} must be a number of seconds >= 0 (0: do not wait), got {value!r}")
-    return seconds
-
-
 @dataclass(frozen=True)
 class SyncOptions:
     """What one sync run does; checked by the operator before anything runs."""
@@ -128,31 +101,6 @@ class _Run:
     to_remove: int
     add_done: int
     remove_done: int
-
-
-def open_state(hook: DbApiHook, options: SyncOptions) -> StateDatabase:
-    """Connect to the state database of ``options.list_id``'s sync.
-
-    A DuckDB file can be written by one process at a time, so there the file is the lock between
-    processes: one held by another process is waited for like the list's lock, then reported as
-    :class:`SyncAlreadyRunning` instead of DuckDB's ``IOException``.
-    """
-    try:
-        return StateDatabase(hook, lock_timeout=options.lock_timeout)
-    except StateFileLocked as err:
-        raise SyncAlreadyRunning(
-            f"cannot sync list {options.list_id}: the state database file {err.path} is locked by "
-            f"another process (PID {err.pid}), most likely another sync using the same file (DuckDB "
-            f"lets one process write a file at a time). {_nothing_done(options)}"
-        ) from err
-
-
-def _nothing_done(options: SyncOptions) -> str:
-    waited = f"waited {options.lock_timeout:g} s and " if options.lock_timeout else ""
-    return (
-        f"This run ({options.run_id}) {waited}read, sent and recorded nothing; the task's retries "
-        "try again, or set lock_timeout to wait longer."
-    )
 
 
 def _now() -> datetime:
@@ -210,37 +158,11 @@ class ListSync:
         """
         self.db.create_tables(self.t.create_sql(), self.t.lock_key())
         key = self.t.lock_key(self.o.list_id)
-        self._lock(key)
+        hold_list_lock(self.db, key, self.o.list_id, self.o.run_id, self.o.lock_timeout, self.log)
         try:
             return self._run(source)
         finally:
             self.db.unlock(key)
-
-    def _lock(self, key: str) -> None:
-        """Hold the list's lock, waiting up to ``lock_timeout`` seconds for another sync to end."""
-        holders: list[LockHolder] = []
-
-        def attempt() -> bool:
-            holder = self.db.try_lock(key, self.o.run_id)
-            if holder is None:
-                return True
-            if not holders and self.o.lock_timeout > 0:
-                self.log.info(
-                    "Another sync of list %s is running (%s); waiting up to %g s for it to end",
-                    self.o.list_id,
-                    holder.describe(),
-                    self.o.lock_timeout,
-                )
-            holders[:] = [holder]
-            return False
-
-        if not wait_for(attempt, self.o.lock_timeout):
-            raise SyncAlreadyRunning(
-                f"another sync of list {self.o.list_id} is running ({holders[-1].describe()}). "
-                + _nothing_done(self.o)
-            )
-        if holders:
-            self.log.info("The other sync of list %s ended; this run goes on", self.o.list_id)
 
     def _run(self, source: AccountSource) -> dict[str, Any]:
         unfinished = self._unfinished()

@@ -495,112 +495,32 @@ class WarehouseLoader(ABC):
         """Delete the restated keys, insert the staged rows, and index a table this load created.
 
         When a newer execution than this one is in the table (the usual case: none, found by one
-        ledger query), rows it wrote are neither deleted nor replaced: see :meth:`_replace_older`.
+        ledger query), rows it wrote are neither deleted nor replaced: see :mod:`.newest`.
         """
-        newer = self._newer_execution(cur, request) if plan.table_exists else None
-        if newer is not None:
-            self._replace_older(cur, request, plan, loaded_at, result, newer)
+        from abm_provider.warehouse import newest  # it builds on this module's types
+
+        found = newest.newer_execution(self, cur, request) if plan.table_exists else None
+        if found is not None:
+            newest.replace_older(self, cur, request, plan, loaded_at, result, found)
         else:
             result.rows_deleted = self.delete_replaced(cur, request, plan)
             result.rows_loaded = self.insert_new(cur, request, plan, loaded_at)
         if not plan.table_exists and self.unique_key_index:
             self._create_key_index(cur, request)
 
-    def _newer_execution(self, cur: Any, request: LoadRequest) -> tuple[str, Any] | None:
-        """The newest execution in the table newer than this one (id, time), or ``None``.
-
-        Called under the lock, after the ledger has its ``execution_time`` column. A load that does
-        not know its execution's time asks nothing and replaces, as before.
-        """
-        if request.execution_time is None:
-            return None
-        cur.execute(
-            ledger.newer_sql(request.ledger, self.placeholder),
-            self._newer_params(request),
-        )
-        row = cur.fetchone()
-        return (str(row[0]), row[1]) if row is not None else None
-
-    def _newer_params(self, request: LoadRequest) -> list[Any]:
+    def newer_params(self, request: LoadRequest) -> list[Any]:
+        """The bind values of the ledger's newer-execution queries, adapted for the driver."""
         return [
             self.adapt(None, v)
             for v in ledger.newer_params(str(request.table), request.execution_time, request.execution_id)
         ]
 
-    def _replace_older(
-        self,
-        cur: Any,
-        request: LoadRequest,
-        plan: ColumnPlan,
-        loaded_at: dt.datetime,
-        result: LoadResult,
-        newer: tuple[str, Any],
-    ) -> None:
-        """The replace step of an execution older than one in the table: the newer figures stay.
-
-        It deletes only the restated rows no newer execution wrote, then inserts only the staged
-        rows whose key is free: after that delete, a key still in the table is a newer execution's.
-        """
-        result.rows_deleted = self.delete_replaced(cur, request, plan, keep_newer=True)
-        held, days = self._stale_rows(cur, request, plan)
-        result.rows_loaded = self.insert_new(cur, request, plan, loaded_at, keep_newer=True)
-        result.rows_stale = sum(held.values())
-        if not result.rows_stale:
-            self.log.info(
-                "Execution %s is older than execution %s (updated %s), which is in %s, but restates none "
-                "of its keys; loaded as usual",
-                request.execution_id,
-                newer[0],
-                newer[1],
-                request.table,
-            )
-            return
-        ranked = sorted(held, key=lambda e: (-held[e], e))
-        result.newer_executions = ranked[: ledger.NEWER_SHOWN]
-        more = f" and {len(ranked) - ledger.NEWER_SHOWN} more" if len(ranked) > ledger.NEWER_SHOWN else ""
-        self.log.warning(
-            "Execution %s (updated %s) is older than execution(s) %s%s already in %s (newest updated %s): "
-            "kept their figures for %d row(s)%s of %s and did not load them; loaded %d row(s) for keys no "
-            "newer execution covers.",
-            request.execution_id,
-            request.execution_time,
-            ", ".join(result.newer_executions),
-            more,
-            request.table,
-            newer[1],
-            result.rows_stale,
-            days,
-            request.path.name,
-            result.rows_loaded,
-        )
-
-    def _match_sql(self, request: LoadRequest, plan: ColumnPlan, target: str, stage: str) -> str:
+    def match_sql(self, request: LoadRequest, plan: ColumnPlan, target: str, stage: str) -> str:
         """Equality of the natural key between a ``target`` row and a ``stage`` row (aliases)."""
         return " AND ".join(
             f"{target}.{quote(k)} = {self.typed(stage + '.' + quote(k), plan.kinds[k])}"
             for k in request.key_columns
         )
-
-    def _stale_rows(self, cur: Any, request: LoadRequest, plan: ColumnPlan) -> tuple[dict[str, int], str]:
-        """Per newer execution, the table's rows whose key the file holds (``delete_replaced`` left
-        only those), and the days they cover for the warning (when ``date`` is a key column)."""
-        day = quote("date") if "date" in request.key_columns else None
-        match = self._match_sql(request, plan, "h", "s")
-        writer = f"h.{quote(EXECUTION_ID_COLUMN)}"
-        group = f"{writer}, h.{day}" if day else writer
-        cur.execute(
-            f"SELECT {group}, COUNT(*) FROM {request.table.sql} h WHERE EXISTS "
-            f"(SELECT 1 FROM {STAGE_TABLE} s WHERE s._reason IS NULL AND {match}) GROUP BY {group}"
-        )
-        rows = cur.fetchall()
-        held: dict[str, int] = {}
-        for row in rows:
-            held[str(row[0])] = held.get(str(row[0]), 0) + int(row[-1])
-        if not (day and rows):
-            return held, ""
-        dates = sorted({str(row[1]) for row in rows})
-        span = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
-        return held, f" over {len(dates)} day(s) ({span})"
 
     def _already_loaded(self, conn: Any, cur: Any, request: LoadRequest) -> bool:
         if self.table_columns(conn, cur, request.ledger) is None:
@@ -762,7 +682,7 @@ class WarehouseLoader(ABC):
         ``keep_newer``: except the rows an execution newer than this one wrote (by the ledger).
         """
         target = quote(request.table.name)
-        match = self._match_sql(request, plan, target, "s")
+        match = self.match_sql(request, plan, target, "s")
         sql = (
             f"DELETE FROM {request.table.sql} WHERE EXISTS "
             f"(SELECT 1 FROM {STAGE_TABLE} s WHERE s._reason IS NULL AND {match})"
@@ -774,7 +694,7 @@ class WarehouseLoader(ABC):
         cur.execute(
             f"{sql} AND ({writer} IS NULL OR {writer} NOT IN "
             f"({ledger.newer_ids_sql(request.ledger, self.placeholder)}))",
-            self._newer_params(request),
+            self.newer_params(request),
         )
         return self.rowcount(cur)
 
@@ -798,7 +718,7 @@ class WarehouseLoader(ABC):
         if keep_newer:
             free = (
                 f" AND NOT EXISTS (SELECT 1 FROM {request.table.sql} h "
-                f"WHERE {self._match_sql(request, plan, 'h', STAGE_TABLE)})"
+                f"WHERE {self.match_sql(request, plan, 'h', STAGE_TABLE)})"
             )
         cur.execute(
             f"INSERT INTO {request.table.sql} "

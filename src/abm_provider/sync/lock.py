@@ -1,0 +1,100 @@
+"""One sync of a list at a time: the lock's setting, the wait, and what a refused run is told.
+
+The database side of the lock (a PostgreSQL advisory lock, the DuckDB file, an in-process lock) is
+:class:`~abm_provider.sync.database.StateDatabase`'s; this module decides how long a run waits for it
+(``lock_timeout``) and turns a lock held by another sync into :class:`SyncAlreadyRunning`, naming
+the run that holds it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk.exceptions import AirflowException
+
+from abm_provider.sync.database import LockHolder, StateDatabase, StateFileLocked, wait_for
+
+if TYPE_CHECKING:
+    from airflow.providers.common.sql.hooks.sql import DbApiHook
+
+
+class SyncAlreadyRunning(AirflowException):
+    """Another sync of the list holds its lock, so this run read, sent and recorded nothing.
+
+    A plain ``AirflowException``, not ``AirflowFailException``: the other sync ends, so a later try
+    succeeds, and the task's ``retries`` apply.
+    """
+
+
+def check_lock_timeout(value: object, name: str = "lock_timeout") -> float:
+    """Seconds to wait for another sync of the list: a finite number >= 0, or its text once rendered."""
+    seconds: float | None = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        try:
+            seconds = float(value.strip())
+        except ValueError:
+            seconds = None
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0 (0: do not wait), got {value!r}")
+    return seconds
+
+
+def open_state(hook: DbApiHook, list_id: str, run_id: str, lock_timeout: float) -> StateDatabase:
+    """Connect to the state database of ``list_id``'s sync.
+
+    A DuckDB file can be written by one process at a time, so there the file is the lock between
+    processes: one held by another process is waited for like the list's lock, then reported as
+    :class:`SyncAlreadyRunning` instead of DuckDB's ``IOException``.
+    """
+    try:
+        return StateDatabase(hook, lock_timeout=lock_timeout)
+    except StateFileLocked as err:
+        raise SyncAlreadyRunning(
+            f"cannot sync list {list_id}: the state database file {err.path} is locked by "
+            f"another process (PID {err.pid}), most likely another sync using the same file (DuckDB "
+            f"lets one process write a file at a time). {_nothing_done(run_id, lock_timeout)}"
+        ) from err
+
+
+def hold_list_lock(
+    db: StateDatabase, key: str, list_id: str, run_id: str, lock_timeout: float, log: logging.Logger | Any
+) -> None:
+    """Hold the list's lock ``key``, waiting up to ``lock_timeout`` seconds for another sync to end.
+
+    :raises SyncAlreadyRunning: another sync still held it, named in the message.
+    """
+    holders: list[LockHolder] = []
+
+    def attempt() -> bool:
+        holder = db.try_lock(key, run_id)
+        if holder is None:
+            return True
+        if not holders and lock_timeout > 0:
+            log.info(
+                "Another sync of list %s is running (%s); waiting up to %g s for it to end",
+                list_id,
+                holder.describe(),
+                lock_timeout,
+            )
+        holders[:] = [holder]
+        return False
+
+    if not wait_for(attempt, lock_timeout):
+        raise SyncAlreadyRunning(
+            f"another sync of list {list_id} is running ({holders[-1].describe()}). "
+            + _nothing_done(run_id, lock_timeout)
+        )
+    if holders:
+        log.info("The other sync of list %s ended; this run goes on", list_id)
+
+
+def _nothing_done(run_id: str, lock_timeout: float) -> str:
+    waited = f"waited {lock_timeout:g} s and " if lock_timeout else ""
+    return (
+        f"This run ({run_id}) {waited}read, sent and recorded nothing; the task's retries "
+        "try again, or set lock_timeout to wait longer."
+    )
