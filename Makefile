@@ -9,12 +9,14 @@ export UV_LINK_MODE := copy
 export UV_PYTHON := $(PYTHON)
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: help install browser test lint typecheck unit demo bench e2e clean
+.PHONY: help install browser test lint typecheck unit release-check compat demo bench e2e clean
 
 help:
 	@echo "make demo    - the main job end to end: emulator + both example DAGs into DuckDB, then a summary"
 	@echo "make test    - install (if needed), then ruff, mypy and pytest"
 	@echo "make install - create .venv from uv.lock with compiled bytecode"
+	@echo "make release-check - build both distributions, twine check, file lists, install from the sdists, smoke"
+	@echo "make compat  - the built wheels on Airflow 3.1.0 (lowest dependencies), the newest 3.1 and 3.2, smoke"
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -48,7 +50,22 @@ browser:
 unit: install
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-test: lint typecheck browser unit
+# Both build the wheels and sdists, then run tests/smoke in fresh venvs (docs/compatibility.md).
+release-check: install
+	$(VENV)/bin/python scripts/release.py check
+
+compat: install
+	$(VENV)/bin/python scripts/release.py compat
+
+# The release and compatibility venvs run beside the pinned suite: they mostly wait on installs and on
+# the emulator's clock, so side by side saves minutes. Their report is printed after the suite's.
+test: lint typecheck browser
+	@mkdir -p .release; \
+	$(VENV)/bin/python scripts/release.py check compat > .release/check.log 2>&1 & release=$$!; \
+	$(MAKE) --no-print-directory unit; unit=$$?; \
+	wait $$release; checked=$$?; \
+	echo "== make release-check and make compat (.release/check.log)"; cat .release/check.log; \
+	if [ $$unit -ne 0 ] || [ $$checked -ne 0 ]; then echo "make test FAILED (unit: $$unit, release-check/compat: $$checked)"; exit 1; fi
 
 demo: install
 	$(VENV)/bin/python scripts/demo.py
@@ -60,4 +77,4 @@ bench: install
 	$(VENV)/bin/python scripts/bench.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache .state
+	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache .state .release

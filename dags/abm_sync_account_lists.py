@@ -16,9 +16,10 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, Param
+from airflow.sdk import DAG, Param
 
 from abm_provider.assets import warehouse_asset
+from abm_provider.compat import AssetOrTimeSchedule, CronTriggerTimetable  # in airflow.sdk from 3.2
 from abm_provider.operators.account_lists import (
     AccountListSyncOperator,
     CreateAccountListFolderOperator,

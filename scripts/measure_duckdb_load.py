@@ -21,7 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ Statement = tuple[str, list[Any]]
 
 def _statements(plan: ColumnPlan, keys: tuple[str, ...], csv: Path) -> dict[str, list[Statement]]:
     rules = DuckDBLoader(hook=None).reason_sql(plan, keys)
-    lineage: list[Any] = ["measure", datetime.now(timezone.utc).replace(tzinfo=None), str(csv)]
+    lineage: list[Any] = ["measure", datetime.now(UTC).replace(tzinfo=None), str(csv)]
     typed = (direct_insert_sql("t", plan, "CAST(NULL AS TEXT)"), lineage)  # no rule can stop it
     checked = (direct_insert_sql("t", plan, rules), lineage)
     key_sql = ", ".join(quote(k) for k in keys)
@@ -104,7 +104,7 @@ def main() -> int:
                 EXPORT_TYPE,
                 seed=1,
                 account="measure",
-                generated_at=datetime(2026, 11, 1, tzinfo=timezone.utc),
+                generated_at=datetime(2026, 11, 1, tzinfo=UTC),
                 size_bytes=args.size_mib << 20,
             )
             print(f"rendered {csv.stat().st_size / 1e6:.0f} MB in {time.perf_counter() - started:.1f} s")

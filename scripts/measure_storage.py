@@ -29,7 +29,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -170,7 +170,7 @@ def main() -> int:
             args.type,
             seed=1,
             account="acct-measure",
-            generated_at=datetime.now(timezone.utc),
+            generated_at=datetime.now(UTC),
             size_bytes=args.size,
         )
         render_s = time.perf_counter() - started
@@ -184,7 +184,7 @@ def main() -> int:
             text=True,
         )
         signer = LinkSigner(SECRET, 3600)
-        url = signer.presigned_url(f"http://127.0.0.1:{port}", OBJECT_KEY, datetime.now(timezone.utc))
+        url = signer.presigned_url(f"http://127.0.0.1:{port}", OBJECT_KEY, datetime.now(UTC))
         wait_ready(url, server)
         idle_rss_mib = psutil.Process(server.pid).memory_info().rss / 2**20
 

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from smoke.smoke_support import isolate_airflow, migrate_metadata_db
+
 if TYPE_CHECKING:
     from abm_emulator.testing import RunningEmulator
 
 # Airflow reads its configuration at import time, so the environment is set before any test imports it.
-_AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="abm-airflow-home-"))
-os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
-os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(Path(__file__).resolve().parents[1] / "dags"))
-os.environ.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}")
-os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
-os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO")
+_AIRFLOW_HOME = isolate_airflow()
 
 
 @pytest.fixture(scope="session")
@@ -47,7 +41,5 @@ def airflow_db() -> Path:
 
     Created once per run on first use; tests that only call `execute()` never pay for it.
     """
-    from airflow.utils.db import initdb
-
-    initdb()
+    migrate_metadata_db()
     return _AIRFLOW_HOME

@@ -16,13 +16,13 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import requests
-import tomllib
 
 import abm_provider
 

@@ -661,12 +661,9 @@ def default_state_dir() -> str:
     from_env = os.environ.get("AIRFLOW__ABM__STATE_DIR")
     if from_env:
         return from_env
-    try:
-        from airflow.sdk.configuration import conf
+    from abm_provider.compat import airflow_conf
 
-        configured = conf.get("abm", "state_dir", fallback=None)
-    except Exception:
-        configured = None
+    configured = airflow_conf().get("abm", "state_dir", fallback=None)
     if configured:
         return str(configured)
     home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")

@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from abm_provider.compat import AirflowException, AirflowFailException
 
 #: Field violations spelled out in the message; a 1000-account request can carry one per account.
 _SHOWN_VIOLATIONS = 5

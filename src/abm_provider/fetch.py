@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Literal, cast
 from urllib.parse import urlsplit
 
 from airflow.sdk import ObjectStoragePath
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from abm_provider.accounts import _safe_key, as_storage_path, default_state_dir
+from abm_provider.compat import AirflowException, AirflowFailException
 from abm_provider.download import (
     AtomicFile,
     CsvToParquet,

@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from airflow.sdk import ObjectStoragePath
-from airflow.sdk.exceptions import AirflowFailException
 
 from abm_provider.accounts import _is_local, _safe_key, as_storage_path, default_state_dir
+from abm_provider.compat import AirflowFailException
 from abm_provider.exceptions import local_io
 
 __all__ = [

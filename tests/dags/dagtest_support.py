@@ -5,15 +5,22 @@ A module of its own (not ``conftest``) so test files import it by a name no othe
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-import uuid
 from collections.abc import Sequence
 from contextlib import closing
-from pathlib import Path
 from typing import Any
 
-DAGS = Path(__file__).resolve().parents[2] / "dags"
+from smoke.smoke_support import load_dag, task_states
+
+__all__ = [
+    "PG_DATABASE",
+    "TABLES",
+    "Warehouse",
+    "ensure_postgres_database",
+    "load_dag",
+    "task_states",
+    "xcom",
+]
+
 PG_DATABASE = "abm_dagtest"
 PG_ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
 PG_DSN = f"host=127.0.0.1 port=5432 user=postgres dbname={PG_DATABASE} connect_timeout=3"
@@ -79,24 +86,6 @@ class Warehouse:
             else:
                 cur.executemany(sql.replace("%s", marker), [list(r) for r in rows])
             conn.commit()
-
-
-def load_dag(file_name: str) -> Any:
-    """Import a DAG file under a fresh module name, so it reads the current environment."""
-    name = f"abm_test_dag_{uuid.uuid4().hex}"
-    spec = importlib.util.spec_from_file_location(name, DAGS / file_name)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(name, None)
-    return module.dag
-
-
-def task_states(dag_run: Any) -> dict[str, str]:
-    return {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
 
 
 def xcom(dag_run: Any, task_id: str, key: str = "return_value") -> Any:

@@ -8,11 +8,11 @@ import json
 import re
 import shlex
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
-import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,9 +1,15 @@
 """Every shell and Python block of the docs runs, as printed, the way its page says to run it.
 
 A reader copies a block into a shell or a file; if the provider, the emulator or the block drifts,
-this fails rather than the reader. Pages: README.md, docs/*.md and emulator/README.md. Code blocks are
-```` ```bash ```` or ```` ```python ```` (other shell or Python spellings are refused, so none can slip
-past); other languages (``text``, ``sql``, ``yaml``...) are not run.
+this fails rather than the reader. Pages: README.md, docs/*.md and emulator/README.md, and the two
+PyPI pages (PYPI.md, emulator/PYPI.md). Code blocks are ```` ```bash ```` or ```` ```python ````
+(other shell or Python spellings are refused, so none can slip past); other languages (``text``,
+``sql``, ``yaml``...) are not run.
+
+The pages write commands as a reader with the project's virtualenv active types them (``airflow``,
+``abm-emulator``, ``python``; never ``.venv/bin/...``): every block runs with the scratch folder's
+``.venv/bin`` first on ``PATH`` and ``VIRTUAL_ENV`` set, as ``source .venv/bin/activate`` leaves a
+shell. The PyPI pages also link nothing relative (PyPI cannot resolve it): every link is ``https://``.
 
 The line above a block may say how it runs, as ``<!-- docs-test: KIND -->``; ``shell`` is the default
 for bash and ``python`` for Python:
@@ -13,6 +19,10 @@ for bash and ``python`` for Python:
   127.0.0.1:8080 (storage 8081; other free ports, rewritten in the block, when those are taken) and
   a fresh ``AIRFLOW_HOME``; ``shell: NAME`` also checks what it printed with ``OUTPUT_CHECKS[NAME]``;
 - ``server``: a command that serves until stopped: it must print ``ABM_EMULATOR_READY`` within 60 s;
+- ``after-server``: a ``shell`` block run while the nearest ``server`` block above it on the page
+  serves, instead of the fresh emulator (the server on the documented ports when they are free, else
+  on free ones, rewritten in the block from its READY line); ``after-server: NAME`` also checks what
+  it printed with ``OUTPUT_CHECKS[NAME]``;
 - ``python``: a script (ports rewritten alike), with that emulator as the ``abm_default`` connection;
 - ``dag``: a DAG file run with ``airflow dags test`` against the emulator and a DuckDB
   ``abm_warehouse``; ``dag-parse``: a DAG file that must import through Airflow's DagBag;
@@ -44,10 +54,21 @@ import pytest
 from abm_emulator.testing import RunningEmulator, start_emulator
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "emulator" / "README.md"]
+PYPI_PAGES = [ROOT / "PYPI.md", ROOT / "emulator" / "PYPI.md"]
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "emulator" / "README.md",
+    *PYPI_PAGES,
+]
 DOC_PORTS = (8080, 8081)
 API_KEY = "my-key"
-CODE = {"bash": {"shell", "server", "make", "no-engine"}, "python": {"python", "dag", "dag-parse", "pytest"}}
+CODE = {
+    "bash": {"shell", "server", "after-server", "make", "no-engine"},
+    "python": {"python", "dag", "dag-parse", "pytest"},
+}
+#: Kinds whose ``: NAME`` is an output check.
+CHECKED_KINDS = {"shell", "after-server"}
 NOT_RUN = {"text", "sql", "yaml", "json", "toml", "ini", "csv"}
 NO_ENGINE_REASONS = {"docker", "real-service", "package-index", "deployment"}
 _FENCE = re.compile(r"^```(\S*)\s*$")
@@ -109,10 +130,49 @@ def test_every_code_block_runs_in_a_known_way() -> None:
     assert wrong == []
     no_engine = [b for b in CODE_BLOCKS if b.kind == "no-engine"]
     assert all(b.reason in NO_ENGINE_REASONS for b in no_engine), [(b.where, b.reason) for b in no_engine]
-    checked = [b for b in CODE_BLOCKS if b.kind == "shell" and b.reason is not None]
+    checked = [b for b in CODE_BLOCKS if b.kind in CHECKED_KINDS and b.reason is not None]
     assert all(b.reason in OUTPUT_CHECKS for b in checked), [(b.where, b.reason) for b in checked]
     assert {b.reason for b in checked} == set(OUTPUT_CHECKS), "every output check has its block"
-    assert {b.kind for b in CODE_BLOCKS} >= {"shell", "server", "make", "dag", "pytest"}
+    assert {b.kind for b in CODE_BLOCKS} >= {"shell", "server", "after-server", "make", "dag", "pytest"}
+    orphans = [b.where for b in CODE_BLOCKS if b.kind == "after-server" and _server_above(b) is None]
+    assert orphans == [], "an after-server block needs a server block above it on its page"
+
+
+_VENV_PATH = re.compile(r"\.venv/bin/(?!activate\b)")
+_HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+
+
+def _without_comments(text: str) -> str:
+    """The page with its HTML comments blanked, line numbers kept."""
+    return _HTML_COMMENT.sub(lambda m: "\n" * m.group().count("\n"), text)
+
+
+def test_commands_assume_an_active_venv() -> None:
+    """``airflow ...``, not ``.venv/bin/airflow ...``: with the venv active or the packages installed
+    with pip, the plain command is the one that works (generated comments may say otherwise)."""
+    found = [
+        f"{page.relative_to(ROOT)}:{number}: {line.strip()}"
+        for page in PAGES
+        for number, line in enumerate(_without_comments(page.read_text(encoding="utf-8")).splitlines(), 1)
+        if _VENV_PATH.search(line)
+    ]
+    assert found == []
+
+
+# Inline links and images, reference definitions, and HTML href/src attributes.
+_LINK = re.compile(
+    r"\]\(\s*<?([^)\s>]+)|^\s*\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)|\b(?:href|src)\s*=\s*[\"']([^\"']+)",
+    re.MULTILINE,
+)
+
+
+def test_pypi_pages_link_only_to_absolute_https_urls() -> None:
+    """PyPI shows these pages without the repository: a relative link there leads nowhere."""
+    for page in PYPI_PAGES:
+        text = page.read_text(encoding="utf-8")
+        links = ["".join(groups) for groups in _LINK.findall(text)]
+        assert all(link.startswith("https://") for link in links), (page.name, links)
+        assert ".venv" not in text, f"{page.name} names the repository's .venv"
 
 
 # -- the scratch folder and the emulator ---------------------------------------------------------------
@@ -139,7 +199,12 @@ def _doc_emulator() -> Iterator[RunningEmulator]:
 
 def _as_printed(text: str, emulator: RunningEmulator) -> str:
     """The block, with the documented ports swapped for the emulator's when they differ."""
-    for documented, actual in zip(DOC_PORTS, (emulator.base_url, emulator.storage_url), strict=True):
+    return _on_urls(text, emulator.base_url, emulator.storage_url)
+
+
+def _on_urls(text: str, base_url: str, storage_url: str) -> str:
+    """The block, with the documented ports swapped for those of these two origins."""
+    for documented, actual in zip(DOC_PORTS, (base_url, storage_url), strict=True):
         text = text.replace(f"127.0.0.1:{documented}", f"127.0.0.1:{actual.rsplit(':', 1)[1]}")
     return text
 
@@ -152,9 +217,14 @@ def _scratch(tmp_path: Path) -> Path:
 
 
 def _env(scratch: Path, emulator: RunningEmulator | None = None, dags: Path | None = None) -> dict[str, str]:
-    """The reader's shell: no Airflow settings of this test run, a fresh Airflow home on SQLite."""
+    """The reader's shell: the venv active, no Airflow settings of this test run, a fresh Airflow home
+    on SQLite."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    venv = scratch / ".venv"
+    env.pop("PYTHONHOME", None)
     env.update(
+        VIRTUAL_ENV=str(venv),
+        PATH=os.pathsep.join([str(venv / "bin"), *[p for p in env.get("PATH", "").split(os.pathsep) if p]]),
         AIRFLOW_HOME=str(scratch / "airflow"),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{scratch / 'airflow' / 'airflow.db'}",
@@ -194,8 +264,22 @@ def _curl_session(out: str, scratch: Path) -> None:
     assert (scratch / "tactic_performance.csv").stat().st_size > 1000
 
 
-#: ``<!-- docs-test: shell: NAME -->``: what a shell block must print, beyond exiting 0.
-OUTPUT_CHECKS = {"curl-session": _curl_session}
+def _export_dag_by_hand(out: str, scratch: Path) -> None:
+    """docs/warehouse-loading.md's fast-clock run of abm_export_to_warehouse: one execution loaded."""
+    import duckdb
+
+    warehouse = scratch / ".state" / "try-export" / "warehouse.duckdb"
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        rows = con.execute("SELECT COUNT(*), COUNT(DISTINCT date) FROM abm_tactic_performance").fetchone()
+        ledger = con.execute("SELECT execution_id, rows_loaded FROM abm_load_ledger").fetchall()
+    assert rows is not None and rows[0] > 0 and rows[1] == 30, rows  # an export covers 30 days
+    assert len(ledger) == 1 and ledger[0][1] == rows[0], ledger
+    assert re.search(r"\b\d{4}-\d{2}-\d{2}\b.*\b\d+\b", out), out[-3000:]  # the query printed its days
+
+
+#: ``<!-- docs-test: shell: NAME -->`` (or ``after-server: NAME``): what the block must print, or
+#: leave behind in its scratch folder, beyond exiting 0.
+OUTPUT_CHECKS = {"curl-session": _curl_session, "export-dag-by-hand": _export_dag_by_hand}
 
 
 def _shell(block: Block, tmp_path: Path) -> None:
@@ -207,8 +291,12 @@ def _shell(block: Block, tmp_path: Path) -> None:
         OUTPUT_CHECKS[block.reason](out, scratch)
 
 
-def _server(block: Block, tmp_path: Path) -> None:
-    scratch = _scratch(tmp_path)
+@contextmanager
+def _serving(block: Block, scratch: Path) -> Iterator[dict[str, str]]:
+    """Run a ``server`` block as printed until it says it is ready; yield its READY line's JSON.
+
+    On free ports when the documented ones are taken; stopped (its whole process group) on the way out.
+    """
     command = block.text.strip()
     assert "\n" not in command, f"{block.where}: a server block is one command"
     if not all(_port_free(port) for port in DOC_PORTS):
@@ -226,18 +314,49 @@ def _server(block: Block, tmp_path: Path) -> None:
     give_up = threading.Timer(60, os.killpg, (process.pid, signal.SIGKILL))
     give_up.start()
     printed: list[str] = []
+    drain: threading.Thread | None = None
     try:
         assert process.stdout is not None
         for line in process.stdout:
             printed.append(line)
             if line.startswith("ABM_EMULATOR_READY "):
                 break
+        give_up.cancel()
+        ready = printed[-1] if printed else ""
+        assert ready.startswith("ABM_EMULATOR_READY "), f"{block.where}: {''.join(printed)}"
+        # Keep reading what it prints while it serves, so a full pipe never stalls it.
+        drain = threading.Thread(target=printed.extend, args=(process.stdout,), daemon=True)
+        drain.start()
+        yield json.loads(ready.split(" ", 1)[1])
     finally:
         give_up.cancel()
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGTERM)
         process.wait(30)
-    assert printed and printed[-1].startswith("ABM_EMULATOR_READY "), f"{block.where}: {''.join(printed)}"
+        if drain is not None:
+            drain.join(10)
+
+
+def _server(block: Block, tmp_path: Path) -> None:
+    with _serving(block, _scratch(tmp_path)):
+        pass
+
+
+def _server_above(block: Block) -> Block | None:
+    """The nearest ``server`` block above ``block`` on its page."""
+    above = [b for b in CODE_BLOCKS if b.page == block.page and b.line < block.line and b.kind == "server"]
+    return above[-1] if above else None
+
+
+def _after_server(block: Block, tmp_path: Path) -> None:
+    server = _server_above(block)
+    assert server is not None, f"{block.where}: no server block above it"
+    scratch = _scratch(tmp_path)
+    with _serving(server, scratch) as ready:
+        script = _on_urls(block.text, ready["base_url"], ready["storage_url"])
+        out = _run(["bash", "-e", "-o", "pipefail", "-c", script], block, scratch, _env(scratch))
+    if block.reason is not None:
+        OUTPUT_CHECKS[block.reason](out, scratch)
 
 
 def _python(block: Block, tmp_path: Path) -> None:
@@ -317,6 +436,7 @@ def _no_engine(block: Block, tmp_path: Path) -> None:
 RUNNERS = {
     "shell": _shell,
     "server": _server,
+    "after-server": _after_server,
     "python": _python,
     "dag": _dag,
     "dag-parse": _dag_parse,

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 from collections import Counter
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -29,7 +29,7 @@ from abm_emulator.csvgen import (
 )
 
 TYPES = [TACTIC_PERFORMANCE, DISPLAY_TACTIC_ACCOUNT_PERFORMANCE]
-GENERATED_AT = datetime(2026, 11, 22, 15, 30, 12, 345678, tzinfo=timezone.utc)
+GENERATED_AT = datetime(2026, 11, 22, 15, 30, 12, 345678, tzinfo=UTC)
 
 
 def render(
@@ -166,12 +166,12 @@ def test_same_inputs_give_byte_identical_files(tmp_path: Path, export_type: str)
 
 
 def test_restated_dates_are_those_overlapping_the_last_48_hours() -> None:
-    assert restated_dates(datetime(2026, 11, 22, 15, 0, tzinfo=timezone.utc)) == [
+    assert restated_dates(datetime(2026, 11, 22, 15, 0, tzinfo=UTC)) == [
         date(2026, 11, 20),
         date(2026, 11, 21),
         date(2026, 11, 22),
     ]
-    assert restated_dates(datetime(2026, 11, 22, 0, 0, tzinfo=timezone.utc)) == [
+    assert restated_dates(datetime(2026, 11, 22, 0, 0, tzinfo=UTC)) == [
         date(2026, 11, 20),
         date(2026, 11, 21),
         date(2026, 11, 22),

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -34,7 +34,7 @@ from abm_emulator.storage import (
 )
 
 KEY = "acct-alpha/0b9f6c1e-3d4a-4c7e-9a55-5a0f1f0e2b11.csv"
-START = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+START = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 TTL = 900
 # More than two chunks, not a multiple of the chunk size: exercises read-ahead and the short last chunk.
 CONTENT = bytes(range(256)) * ((2 * CHUNK_SIZE + 12_345) // 256) + b"tail"

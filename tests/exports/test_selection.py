@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -15,7 +15,7 @@ from abm_provider.triggers.exports import (
     select_execution_async,
 )
 
-T0 = datetime(2026, 3, 1, 5, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 5, 0, tzinfo=UTC)
 
 
 def _execution(n: int, state: str, minutes: int) -> dict[str, Any]:

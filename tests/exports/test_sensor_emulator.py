@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -21,7 +21,7 @@ from abm_provider.sensors.exports import ExecutionCompleteSensor
 from abm_provider.triggers.exports import ExecutionCompleteTrigger
 
 EXECUTIONS_PATH = f"/exports/v1/exportJobs/{EXPORT_TYPE}/executions"
-START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import email.utils
 import json
 import logging
 import pickle
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -37,7 +37,7 @@ def _pipe(conn: Any = None, **limits: Any) -> Pipeline:
 
 
 def _http_date(timestamp: float) -> str:
-    return email.utils.format_datetime(datetime.fromtimestamp(timestamp, tz=timezone.utc), usegmt=True)
+    return email.utils.format_datetime(datetime.fromtimestamp(timestamp, tz=UTC), usegmt=True)
 
 
 # --- Retry-After ---------------------------------------------------------------------------------

@@ -144,12 +144,16 @@ def test_providers_manager_builds_the_connection_form() -> None:
     assert widgets == {f"extra__abm__{f}" for f in (*Limits.names(), "verify", "ca_bundle", "auth_type")}
 
 
-def test_the_providers_page_links_the_documentation_project_url() -> None:
-    """Airflow's Providers page links ``documentation-url``, read from the "Documentation" project URL."""
+def test_the_providers_page_gets_no_documentation_link_that_leads_nowhere() -> None:
+    """Airflow's Providers page links ``documentation-url``, read from a "Documentation" project URL.
+
+    The package has no public home yet, so it declares no project URL, and the page shows no link
+    rather than a dead one; Airflow takes the missing URL as ``None``.
+    """
     from airflow.providers_manager import ProvidersManager
 
     info = ProvidersManager().providers["airflow-provider-abm"]
-    assert info.data["documentation-url"] == "https://pypi.org/project/airflow-provider-abm/"
+    assert info.data["documentation-url"] is None
 
 
 def test_the_abm_warehouse_asset_scheme_is_registered_and_normalised() -> None:

@@ -28,7 +28,7 @@ from abm_provider.hooks.abm import AbmAsyncHook, AbmHook
 
 def _certificates(directory: Path) -> tuple[Path, Path, Path]:
     """A CA, and a server certificate for 127.0.0.1 signed by it: (ca.pem, server.pem, server.key)."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "abm test CA")])
     ca = (

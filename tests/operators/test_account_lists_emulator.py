@@ -215,13 +215,13 @@ def _write_source(kind: str, rows: list[dict[str, Any]], tmp_path: Path, monkeyp
 
     db = tmp_path / "crm.duckdb"
     with duckdb.connect(str(db)) as conn:
+        # One Arrow scan: DuckDB's executemany takes about a second per thousand rows.
+        table = pa.Table.from_pylist([{"n": n, **r} for n, r in enumerate(rows, 1)])
+        conn.register("crm_rows", table)
         conn.execute(
-            "CREATE OR REPLACE TABLE crm_accounts "
-            "(n INTEGER, account_id VARCHAR, account_name VARCHAR, org VARCHAR, crm_type VARCHAR)"
-        )
-        conn.executemany(
-            "INSERT INTO crm_accounts VALUES (?, ?, ?, ?, ?)",
-            [(n, r["account_id"], r["account_name"], r["org"], r["crm_type"]) for n, r in enumerate(rows, 1)],
+            "CREATE OR REPLACE TABLE crm_accounts AS SELECT CAST(n AS INTEGER) AS n, "
+            "CAST(account_id AS VARCHAR) AS account_id, CAST(account_name AS VARCHAR) AS account_name, "
+            "CAST(org AS VARCHAR) AS org, CAST(crm_type AS VARCHAR) AS crm_type FROM crm_rows"
         )
     monkeypatch.setenv("AIRFLOW_CONN_CRM_DUCKDB", json.dumps({"conn_type": "duckdb", "host": str(db)}))
     return {

@@ -2,7 +2,7 @@
 
 ``tests/transfers/test_load_roundtrip.py`` already checks "loaded or rejected, exactly once" for text
 records on every warehouse. This one works at the byte level and predicts the outcome of each record
-from the file format's rules (service-behaviour.md "CSV files"), without asking the loader:
+from the file format's rules (docs/service-behaviour.md "CSV files"), without asking the loader:
 
 - files may start with a byte-order mark, use CRLF line ends, hold blank lines between records;
 - records may carry a byte that is not UTF-8, one field too many or too few, values that break a

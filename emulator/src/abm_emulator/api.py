@@ -152,7 +152,7 @@ def create_api_app(emulator: Emulator) -> FastAPI:
     app = FastAPI(
         title="Account Lists v2 and Export Jobs v1 (abm-emulator)",
         version="1.0.0",
-        description="Local emulator of the account-based-marketing API; see service-behaviour.md.",
+        description="Local emulator of the account-based-marketing API; see docs/service-behaviour.md.",
     )
     app.state.emulator = emulator
 

@@ -1,8 +1,8 @@
 """Deterministic, fast rendering of the export CSV files the emulator serves.
 
-The real service's column set is not public, so the files follow service-behaviour.md "CSV files":
-UTF-8, comma separated, a header row, ``\\n`` line ends and RFC 4180 quoting (a field is quoted only when
-it holds a comma, a double quote or a line break; inner quotes are doubled).
+The real service's column set is not public, so the files follow docs/service-behaviour.md
+"CSV files": UTF-8, comma separated, a header row, ``\\n`` line ends and RFC 4180 quoting (a field is
+quoted only when it holds a comma, a double quote or a line break; inner quotes are doubled).
 
 Why the generator is built the way it is:
 
@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -87,7 +87,7 @@ DAYS_COVERED = 30
 """Every file covers the 30 UTC dates ending with ``generated_at``'s date."""
 
 RESTATEMENT_WINDOW = timedelta(hours=48)
-"""Data this recent is subject to change (service-behaviour.md, Export Jobs v1)."""
+"""Data this recent is subject to change (docs/service-behaviour.md, "Export jobs and executions")."""
 
 BLOCK_ROWS = 32_768
 """Rows rendered per vectorised step: bounds memory (a block is a few MB of text) whatever the file size."""
@@ -319,12 +319,12 @@ def _context(seed: int, account: str, export_type: str) -> _Context:
 
 def _utc(generated_at: datetime) -> datetime:
     if generated_at.tzinfo is None:
-        return generated_at.replace(tzinfo=timezone.utc)
-    return generated_at.astimezone(timezone.utc)
+        return generated_at.replace(tzinfo=UTC)
+    return generated_at.astimezone(UTC)
 
 
 def _micros(generated_at: datetime) -> int:
-    return (_utc(generated_at) - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1)
+    return (_utc(generated_at) - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
 
 
 def export_dates(generated_at: datetime) -> list[date]:

@@ -1,4 +1,4 @@
-"""The emulated service: every rule of service-behaviour.md, independent of HTTP.
+"""The emulated service: every rule of docs/service-behaviour.md, independent of HTTP.
 
 The FastAPI routes (`api.py`) and the admin API (`admin.py`) are thin layers over `Emulator`; keeping
 the rules here lets one object hold the whole state, persist it, and derive execution states from the

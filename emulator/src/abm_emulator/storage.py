@@ -1,7 +1,7 @@
 """The object-storage origin that serves ``downloadUri``: pre-signed, S3-like, streaming.
 
-service-behaviour.md "Downloads" asks for S3's observable behaviour, because that is what the real
-service hands out and what the provider's download code must survive:
+docs/service-behaviour.md "Downloads" asks for S3's observable behaviour, because that is what the
+real service hands out and what the provider's download code must survive:
 
 * a request carrying an ``Authorization`` header is refused with ``400`` (S3 rejects a request that is
   authenticated twice), which catches clients that leak the API key to this origin;
@@ -27,7 +27,7 @@ import os
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path, PurePosixPath
 from stat import S_ISREG
@@ -61,7 +61,7 @@ class LinkCheck(Enum):
 
 def _epoch_seconds(moment: datetime) -> int:
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp())
 
 

@@ -393,7 +393,7 @@ class AiohttpTransport:
             raise
         except UnsafeUrlError as exc:
             raise prepared.fail("unsafe_url", str(exc), False) from None
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise prepared.fail("timeout", f"cut off after {limit:g} s (request_timeout)") from None
         except (aiohttp.ClientSSLError, ssl.SSLError) as exc:
             raise prepared.fail("tls", f"TLS failed ({exc}); {_TLS_HINT}") from None

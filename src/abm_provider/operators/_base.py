@@ -13,8 +13,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
 
+from abm_provider.compat import AirflowFailException
 from abm_provider.connection import task_settings
 
 if TYPE_CHECKING:

@@ -15,7 +15,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from airflow.sdk import ObjectStoragePath
-from airflow.sdk.exceptions import AirflowFailException
 
 from abm_provider._collector import fewer_collections
 from abm_provider._inflight import PerThread, check_in_flight, in_order
@@ -39,6 +38,7 @@ from abm_provider.accounts import (
     normalise_column_map,
     open_file_source,
 )
+from abm_provider.compat import AirflowFailException
 from abm_provider.exceptions import AbmApiError
 from abm_provider.operators._base import (
     ACCOUNT_LISTS_COLOR,

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.sdk import ObjectStoragePath
-from airflow.sdk.exceptions import AirflowFailException
 
+from abm_provider.compat import AirflowFailException
 from abm_provider.cron import InvalidScheduleError, validate_schedule
 from abm_provider.fetch import DownloadIfExists, ExecutionDownload, execution_inputs
 from abm_provider.operators._base import AbmBaseOperator, fail_if_final, is_deferred

@@ -10,8 +10,6 @@ from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow.sdk.exceptions import AirflowFailException
-
 from abm_provider.accounts import (
     KNOWN_CRM_TYPES,
     MAX_BATCH_SIZE,
@@ -24,6 +22,7 @@ from abm_provider.accounts import (
     open_file_source,
 )
 from abm_provider.assets import warehouse_asset
+from abm_provider.compat import AirflowFailException
 from abm_provider.lineage import table_dataset
 from abm_provider.operators._base import (
     ACCOUNT_LISTS_COLOR,

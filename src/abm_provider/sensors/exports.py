@@ -15,12 +15,13 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
-from airflow.sdk.exceptions import (
+
+from abm_provider.compat import (
     AirflowFailException,
     AirflowSensorTimeout,
     AirflowSkipException,
+    airflow_conf,
 )
-
 from abm_provider.exceptions import AbmApiError
 from abm_provider.operators._base import AbmHookSettings
 from abm_provider.triggers.exports import (
@@ -37,9 +38,7 @@ if TYPE_CHECKING:
 
 def _default_deferrable() -> bool:
     """``[operators] default_deferrable``, as every deferrable operator in Airflow reads it."""
-    from airflow.sdk.configuration import conf
-
-    return conf.getboolean("operators", "default_deferrable", fallback=False)
+    return bool(airflow_conf().getboolean("operators", "default_deferrable", fallback=False))
 
 
 class ExecutionCompleteSensor(AbmHookSettings, BaseSensorOperator):

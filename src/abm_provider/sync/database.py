@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
@@ -120,7 +120,7 @@ def _file_locked(err: BaseException) -> StateFileLocked | None:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(microsecond=0)
+    return datetime.now(UTC).replace(microsecond=0)
 
 
 def sql_hook(conn_id: str, what: str, hook_params: dict[str, Any] | None = None) -> DbApiHook:

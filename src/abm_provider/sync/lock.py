@@ -12,8 +12,7 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk.exceptions import AirflowException
-
+from abm_provider.compat import AirflowException
 from abm_provider.sync.database import LockHolder, StateDatabase, StateFileLocked, wait_for
 
 if TYPE_CHECKING:

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook, BaseOperator, ObjectStoragePath
-from airflow.sdk.exceptions import AirflowFailException
 
 from abm_provider.assets import warehouse_asset
+from abm_provider.compat import AirflowFailException
 from abm_provider.download import is_local, local_path
 from abm_provider.fetch import ExecutionDownload, display, execution_inputs
 from abm_provider.lineage import table_dataset

@@ -18,7 +18,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -62,8 +62,8 @@ def parse_timestamp(value: Any) -> datetime | None:
     else:
         raise ValueError(f"expected an ISO 8601 timestamp or a datetime, got {type(value).__name__}")
     if parsed.tzinfo is None:
-        return parsed.replace(tzinfo=timezone.utc)
-    return parsed.astimezone(timezone.utc)
+        return parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
 
 
 def execution_time(execution: Mapping[str, Any]) -> datetime | None:
@@ -334,7 +334,7 @@ class ExecutionCompleteTrigger(BaseTrigger):
                 if self.deadline is not None:
                     remaining = self.deadline - time.time()
                     if self._past_deadline():
-                        when = datetime.fromtimestamp(self.deadline, timezone.utc).isoformat()
+                        when = datetime.fromtimestamp(self.deadline, UTC).isoformat()
                         message = (
                             f"No COMPLETE {self.export_type} execution by the sensor's deadline ({when}); "
                             f"last seen: {last_reason or 'nothing'}"

@@ -372,7 +372,7 @@ class WarehouseLoader(ABC):
         self._prepare_target(cur, request, plan)
         result.columns_added = list(plan.to_add)
 
-        loaded_at = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+        loaded_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         self._replace(cur, request, plan, loaded_at, result)
         self._write_ledger(conn, cur, request, result, loaded_at)
         conn.commit()
@@ -393,7 +393,7 @@ class WarehouseLoader(ABC):
             return False
         self._prepare_ledger(conn, cur, request)
         self._prepare_target(cur, request, plan)
-        loaded_at = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+        loaded_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         started = time.monotonic()
         digest_known = bool(request.sha256)
         rows = self.load_direct(cur, request, plan, loaded_at)

@@ -6,7 +6,7 @@ carries one regular expression that the databases evaluate in SQL and the generi
 Python, plus the Python conversion the generic path binds. Regular expressions rather than the
 databases' own casts because the casts disagree: DuckDB rounds ``1.005`` into ``DECIMAL(18,2)``,
 PostgreSQL accepts ``' 7 '`` as a BIGINT, and neither is what the file format
-(service-behaviour.md "CSV files") promises.
+(docs/service-behaviour.md "CSV files") promises.
 """
 
 from __future__ import annotations
