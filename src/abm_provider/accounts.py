@@ -4,7 +4,7 @@ The add/remove operators must keep memory flat whatever the size of the source, 
 is a generator: a source yields one row at a time (reading files and query results in bounded
 chunks), the validator turns a row into the request payload or a reason, and :func:`iter_batches`
 groups valid accounts into batches of at most the API limit while invalid rows go straight to the
-rejects writer (:mod:`abm_provider.rejects`). Nothing here talks to the API; the operators own that,
+rejects writer (:mod:`abm_provider.common.rejects`). Nothing here talks to the API; the operators own that,
 which keeps this module testable without a server. The state folder helpers at the end place the
 operators' outputs (rejects, downloads).
 """
@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from airflow.sdk import ObjectStoragePath
+
+from abm_provider.common.paths import as_storage_path, is_local
+from abm_provider.common.sql import sql_hook
 
 #: Fields of an account in the Account Lists v2 requests, in request order.
 API_FIELDS: tuple[str, ...] = ("id", "name", "crmOrgId", "crmType")
@@ -43,7 +46,6 @@ FileFormat = Literal["csv", "parquet"]
 _ID_FORBIDDEN = re.compile(r"[\s\x00-\x1f\x7f]")
 _CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _COMPRESSION_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zstd", ".lz4", ".snappy")
-_LOCAL_PROTOCOLS = ("", "file", "local")
 
 
 class SourceRow(NamedTuple):
@@ -266,20 +268,6 @@ def iter_batches(
 # --- sources -------------------------------------------------------------------------------------
 
 
-def as_storage_path(path: str | os.PathLike[str] | ObjectStoragePath) -> ObjectStoragePath:
-    """Accept a string, a local path or an ``ObjectStoragePath``; make a local relative path absolute.
-
-    A bare relative string would otherwise be resolved by fsspec against a working directory that
-    differs between the scheduler, a worker and a test.
-    """
-    if isinstance(path, ObjectStoragePath):
-        return path
-    text = os.fspath(path)
-    if "://" not in text:
-        text = "file://" + os.path.abspath(text)
-    return ObjectStoragePath(text)
-
-
 def detect_file_format(path: str, file_format: str | None = None) -> FileFormat:
     """Pick CSV or Parquet from an explicit setting or the file name (compression suffix ignored)."""
     if file_format is not None:
@@ -297,10 +285,6 @@ def detect_file_format(path: str, file_format: str | None = None) -> FileFormat:
     if name.endswith((".parquet", ".pq")):
         return "parquet"
     raise ValueError(f"Cannot tell the format of {path!r} from its name; set file_format='csv' or 'parquet'")
-
-
-def _is_local(path: ObjectStoragePath) -> bool:
-    return (path.protocol or "") in _LOCAL_PROTOCOLS
 
 
 class IterableSource:
@@ -498,7 +482,7 @@ class ParquetSource:
         import pyarrow.parquet as pq
 
         handle: Any = None
-        if _is_local(self.path):
+        if is_local(self.path):
             source: Any = self.path.path
         else:
             handle = self.path.open("rb")
@@ -552,16 +536,7 @@ class SqlSource:
 
     def get_hook(self) -> Any:
         """Resolve the connection to its provider's hook, which must be a common-sql ``DbApiHook``."""
-        from airflow.providers.common.sql.hooks.sql import DbApiHook
-        from airflow.sdk import BaseHook
-
-        hook = BaseHook.get_connection(self.sql_conn_id).get_hook(hook_params=self.hook_params)
-        if not isinstance(hook, DbApiHook):
-            raise TypeError(
-                f"sql_conn_id {self.sql_conn_id!r} resolves to {type(hook).__name__}, "
-                "which is not a common-sql DbApiHook"
-            )
-        return hook
+        return sql_hook(self.sql_conn_id, "sql_conn_id", self.hook_params)
 
     @contextmanager
     def open(self) -> Iterator[OpenedSource]:
@@ -644,27 +619,3 @@ def open_file_source(
 
 
 AccountSource = IterableSource | TableSource | CsvSource | ParquetSource | SqlSource
-
-
-# --- where task outputs go ---------------------------------------------------------------------
-
-_UNSAFE_KEY_CHARS = re.compile(r"[^A-Za-z0-9._=-]+")
-
-
-def _safe_key(part: str) -> str:
-    """Make a run id like ``manual__2026-01-01T00:00:00+00:00`` safe as a path segment on any store."""
-    return _UNSAFE_KEY_CHARS.sub("_", part).strip("._") or "_"
-
-
-def default_state_dir() -> str:
-    """Where task outputs go when the DAG does not say: ``[abm] state_dir``, else ``$AIRFLOW_HOME/abm``."""
-    from_env = os.environ.get("AIRFLOW__ABM__STATE_DIR")
-    if from_env:
-        return from_env
-    from abm_provider.compat import airflow_conf
-
-    configured = airflow_conf().get("abm", "state_dir", fallback=None)
-    if configured:
-        return str(configured)
-    home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
-    return os.path.join(home, "abm")

@@ -25,25 +25,15 @@ import os
 import queue
 import re
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any, cast
 
 from airflow.sdk import ObjectStoragePath
 
-_LOCAL_PROTOCOLS = ("", "file", "local")
+from abm_provider.common.paths import is_local, local_path
+
 MANIFEST_SUFFIX = ".manifest.json"
-
-
-def is_local(path: ObjectStoragePath) -> bool:
-    """Whether the path is on the local file system, where ``os.replace`` gives an atomic rename."""
-    return (path.protocol or "") in _LOCAL_PROTOCOLS
-
-
-def local_path(path: ObjectStoragePath) -> str:
-    """The OS path of a local ``ObjectStoragePath``."""
-    return str(path.path)
 
 
 class AtomicFile:
@@ -275,15 +265,11 @@ def local_md5(path: str, chunk_size: int = 8 << 20) -> str:
     return digest.hexdigest()
 
 
-def file_sha256(path: ObjectStoragePath, chunk_size: int = 8 << 20) -> tuple[str, int]:
-    """SHA-256 and size of a stored file, read in chunks."""
-    digest = hashlib.sha256()
-    size = 0
+def file_sha256(path: ObjectStoragePath) -> tuple[str, int]:
+    """SHA-256 and size of a stored file; ``hashlib.file_digest`` reads a local one by its descriptor."""
     with path.open("rb") as handle:
-        while chunk := handle.read(chunk_size):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
+        digest = hashlib.file_digest(handle, "sha256")
+        return digest.hexdigest(), handle.seek(0, io.SEEK_END)  # digested in place, a buffer is not read
 
 
 def manifest_path(target: ObjectStoragePath) -> ObjectStoragePath:
@@ -317,39 +303,6 @@ def remove_manifest(target: ObjectStoragePath) -> None:
         record = manifest_path(target)
         if record.exists():
             record.unlink()
-
-
-class Progress:
-    """Logs bytes, percentage and rate at most every ``interval`` seconds during a long download."""
-
-    def __init__(self, log: Any, label: str, interval: float) -> None:
-        self.log = log
-        self.label = label
-        self.interval = interval
-        self.started = time.monotonic()
-        self._last = self.started
-
-    def __call__(self, done: int, total: int | None) -> None:
-        """The hook's ``on_progress`` callback."""
-        now = time.monotonic()
-        if now - self._last >= self.interval:
-            self._last = now
-            self.log_now(done, total)
-
-    def elapsed(self) -> float:
-        """Seconds since the download started."""
-        return time.monotonic() - self.started
-
-    def rate(self, done: int) -> float:
-        """Average bytes per second so far."""
-        return done / max(self.elapsed(), 1e-9)
-
-    def log_now(self, done: int, total: int | None) -> None:
-        """Log one progress line."""
-        share = f" of {total / 2**20:.1f} MiB ({100 * done / total:.0f}%)" if total else ""
-        self.log.info(
-            "%s: %.1f MiB%s at %.1f MiB/s", self.label, done / 2**20, share, self.rate(done) / 2**20
-        )
 
 
 # --- streaming CSV -> Parquet ---------------------------------------------------------------------

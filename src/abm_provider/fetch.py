@@ -19,18 +19,16 @@ from urllib.parse import urlsplit
 
 from airflow.sdk import ObjectStoragePath
 
-from abm_provider.accounts import _safe_key, as_storage_path, default_state_dir
+from abm_provider.common.paths import as_storage_path, default_state_dir, is_local, local_path, safe_key
+from abm_provider.common.progress import ByteProgress
 from abm_provider.compat import AirflowException, AirflowFailException
 from abm_provider.download import (
     AtomicFile,
     CsvToParquet,
     HashingSink,
-    Progress,
     check_integrity,
     file_sha256,
-    is_local,
     local_md5,
-    local_path,
     md5_etag,
     read_manifest,
     remove_manifest,
@@ -54,7 +52,7 @@ def uri_stem(uri: str) -> str:
     name = os.path.basename(urlsplit(uri).path) or "export"
     for suffix in (".csv", ".CSV"):
         name = name.removesuffix(suffix)
-    return _safe_key(name)
+    return safe_key(name)
 
 
 def execution_inputs(
@@ -117,9 +115,9 @@ class ExecutionDownload:
         ti: Any = context.get("ti") or context.get("task_instance")
         dag_id = getattr(ti, "dag_id", None) or self.dag_id or "adhoc"
         run_id = context.get("run_id") or getattr(ti, "run_id", None) or "manual"
-        name = _safe_key(execution_id) if execution_id else uri_stem(uri)
+        name = safe_key(execution_id) if execution_id else uri_stem(uri)
         root = as_storage_path(self.base if self.base is not None else default_state_dir())
-        return root / "exports" / _safe_key(dag_id) / _safe_key(str(run_id)) / f"{name}.{self.format}"
+        return root / "exports" / safe_key(dag_id) / safe_key(str(run_id)) / f"{name}.{self.format}"
 
     def link(self, hook: AbmHook, uri: str | None, export_type: str | None, execution_id: str | None) -> str:
         """The checked link to fetch: the given one, else the execution's current one."""
@@ -286,7 +284,7 @@ class ExecutionDownload:
                     md5=inline_md5,
                     copy=not is_local(target),
                 )
-            progress = Progress(self.log, label, self.progress_interval)
+            progress = ByteProgress(self.log, label, self.progress_interval)
             try:
                 result = hook.download(
                     uri, cast("BinaryIO", sink), chunk_size=self.chunk_size, on_progress=progress

@@ -8,8 +8,6 @@ every natural key, the row of the later file that has it, and nothing else.
 from __future__ import annotations
 
 import csv
-import threading
-import time
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -18,7 +16,7 @@ from typing import Any
 import pytest
 from dagtest_support import Warehouse, load_dag, task_states, xcom
 
-from abm_provider.triggers.exports import ExecutionCompleteTrigger
+from smoke.smoke_support import fire_once_deferred, record_trigger_runs
 
 EXPORT_TYPE = "TACTIC_PERFORMANCE"
 TABLE = "abm_tactic_performance"
@@ -83,52 +81,19 @@ def run_dag(logical_date: datetime) -> Any:
     return dag_run
 
 
-def fire_when_job_exists(
-    emulator: Any, *, running_seconds: float, fired: list[dict[str, Any]]
-) -> threading.Thread:
-    """Fire one execution as soon as the DAG's first task has created the job (from another thread).
-
-    The execution stays RUNNING for a few emulated seconds, so the sensor's first look finds no
-    COMPLETE execution and defers; the inline trigger then has to see it complete.
-    """
-
-    def wait_and_fire() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            jobs = [
-                job for account in emulator.state()["accounts"].values() for job in account.get("jobs", [])
-            ]
-            if jobs:
-                fired.append(emulator.fire(EXPORT_TYPE, running_seconds=running_seconds))
-                return
-            time.sleep(0.1)
-
-    thread = threading.Thread(target=wait_and_fire, daemon=True)
-    thread.start()
-    return thread
-
-
 @pytest.mark.timeout(300)
 def test_export_dag_loads_restates_and_reruns_idempotently(
     dag_env: Path, emulator: Any, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    trigger_runs: list[str | None] = []
-    original_run = ExecutionCompleteTrigger.run
-
-    async def counting_run(self: ExecutionCompleteTrigger) -> Any:
-        trigger_runs.append(self.updated_after)
-        async for event in original_run(self):
-            yield event
-
-    monkeypatch.setattr(ExecutionCompleteTrigger, "run", counting_run)
+    trigger_runs = record_trigger_runs(monkeypatch)
     today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
     # Run 1: the DAG creates the job itself; the execution appears while the sensor is deferred.
     fired: list[dict[str, Any]] = []
-    thread = fire_when_job_exists(emulator, running_seconds=8, fired=fired)
+    thread = fire_once_deferred(emulator, EXPORT_TYPE, trigger_runs, fired)
     first = run_dag(today - timedelta(days=3))
     thread.join(5)
-    assert fired, "the export job was never created, so no execution was fired"
+    assert fired, "no execution was fired"
     assert trigger_runs, "the sensor never deferred: the inline trigger did not run"
     assert xcom(first, "wait_for_execution")["id"] == fired[0]["id"]
     download_1 = xcom(first, "load_warehouse")  # one task: the load downloads, and keeps the archive

@@ -12,12 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 from airflow.sdk.exceptions import AirflowException
 
-from abm_provider.accounts import as_storage_path
+from abm_provider.common.paths import as_storage_path
 from abm_provider.download import (
     AtomicFile,
     CsvToParquet,
     HashingSink,
     check_integrity,
+    file_sha256,
     read_manifest,
     write_manifest,
 )
@@ -211,3 +212,23 @@ def test_short_body_publishes_nothing(tmp_path: Path, monkeypatch: pytest.Monkey
     with pytest.raises(AirflowException, match="Content-Length announced"):
         _download(tmp_path, _FakeHook(BODY, etag=None, content_length=len(BODY) + 10), monkeypatch)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("store", ["local", "memory"])
+def test_file_sha256_gives_the_digest_and_the_size_on_any_store(tmp_path, store):
+    """A local file is digested by its descriptor and an in-memory one in place: both give the size."""
+    import hashlib
+
+    from airflow.sdk import ObjectStoragePath
+    from airflow.sdk.io import attach
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    body = b"date,tactic_id\n" + b"2026-01-01,1\n" * 50_000
+    if store == "memory":
+        attach("memory", fs=MemoryFileSystem())
+        path = ObjectStoragePath(f"memory://sha/{tmp_path.name}/export.csv")
+    else:
+        path = as_storage_path(tmp_path / "export.csv")
+    with path.open("wb") as handle:
+        handle.write(body)
+    assert file_sha256(path) == (hashlib.sha256(body).hexdigest(), len(body))

@@ -19,13 +19,13 @@ import pyarrow.parquet as pq
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
+from abm_provider.common.rejects import REJECTS_HEADER, TooManyRejects
 from abm_provider.operators.account_lists import (
     AddAccountsToListOperator,
     CreateAccountListFolderOperator,
     CreateAccountListOperator,
     RemoveAccountsFromListOperator,
 )
-from abm_provider.rejects import REJECTS_HEADER, TooManyRejects
 
 ROWS = 25_000
 ORG = "00D000000000001"  # one Salesforce org, as most users have
@@ -530,10 +530,10 @@ def test_max_in_flight_is_checked_when_the_dag_is_parsed():
 
 @pytest.mark.parametrize("fail", [False, True])
 def test_accounts_stream_with_fewer_collector_passes_and_thresholds_come_back(abm, tmp_path, fail):
-    """While rows stream the young threshold is raised (``_collector``); after, it is as before."""
+    """While rows stream the young threshold is raised (``common.collector``); after, it is as before."""
     import gc
 
-    from abm_provider._collector import STREAMING_THRESHOLD
+    from abm_provider.common.collector import STREAMING_THRESHOLD
 
     list_id = _make_list(abm, tmp_path)
     if fail:

@@ -1,4 +1,4 @@
-"""The one rejects format and the one limit API (``abm_provider.rejects``), and the operators' use of it.
+"""The one rejects format and limit API (``abm_provider.common.rejects``), and the operators' use of it.
 
 No emulator and no warehouse here: the writer, the reader, the limit check and the constructors of
 every operator that takes a limit. ``tests/reliability/test_rejects_contract.py`` runs the list
@@ -17,8 +17,7 @@ import pytest
 from airflow.sdk import ObjectStoragePath
 from airflow.sdk.exceptions import AirflowFailException
 
-from abm_provider.operators.account_lists import AddAccountsToListOperator, RemoveAccountsFromListOperator
-from abm_provider.rejects import (
+from abm_provider.common.rejects import (
     REJECTS_HEADER,
     RejectsWriter,
     TooManyRejects,
@@ -29,6 +28,7 @@ from abm_provider.rejects import (
     read_rejects,
     rejects_location,
 )
+from abm_provider.operators.account_lists import AddAccountsToListOperator, RemoveAccountsFromListOperator
 from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
 
 

@@ -17,7 +17,6 @@ module also runs alone: ``pytest tests/reliability/test_concurrent_loads.py``).
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import sys
 import threading
 from collections.abc import Callable
@@ -30,26 +29,14 @@ _TRANSFERS = Path(__file__).resolve().parents[1] / "transfers"
 if str(_TRANSFERS) not in sys.path:
     sys.path.insert(0, str(_TRANSFERS))
 
+# The fixtures this module uses (``native_warehouse`` asks for ``pg_schema`` by name).
+from load_warehouses import native_warehouse, pg_schema, warehouse  # noqa: E402
 from loadtest_support import TACTIC_COLUMNS, days, download_xcom, expected, tactic_rows, write_csv  # noqa: E402
 
 from abm_provider.warehouse.duckdb import DuckDBLoader  # noqa: E402
 from abm_provider.warehouse.postgres import PostgresLoader  # noqa: E402
 
-
-def _transfers_fixtures() -> Any:
-    """``tests/transfers/conftest.py`` under a name of its own (pytest imports it as ``conftest``)."""
-    spec = importlib.util.spec_from_file_location("abm_transfers_fixtures", _TRANSFERS / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_fixtures = _transfers_fixtures()
-# The fixtures this module uses (``native_warehouse`` asks for ``pg_schema`` by name).
-native_warehouse = _fixtures.native_warehouse
-warehouse = _fixtures.warehouse
-pg_schema = _fixtures.pg_schema
+__all__ = ["native_warehouse", "pg_schema", "warehouse"]
 
 TP = "TACTIC_PERFORMANCE"
 START = dt.date(2026, 10, 1)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from abm_provider.rejects import read_rejects
+from abm_provider.common.rejects import read_rejects
 from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
 
 from .badinput_support import (  # noqa: F401 - pg_schemas is a fixture

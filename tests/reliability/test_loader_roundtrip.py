@@ -30,7 +30,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from abm_provider.rejects import read_rejects
+from abm_provider.common.rejects import read_rejects
 from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
 
 from .badinput_support import TACTIC_COLUMNS, TACTIC_KEY, duckdb_target, normalise, source_xcom

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
+from abm_provider.common.rejects import REJECTS_HEADER, TooManyRejects
 from abm_provider.operators.account_lists import (
     AddAccountsToListOperator,
     CreateAccountListFolderOperator,
     CreateAccountListOperator,
 )
-from abm_provider.rejects import REJECTS_HEADER, TooManyRejects
 from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
 
 from .badinput_support import TACTIC_COLUMNS, csv_bytes, csv_line, duckdb_target, source_xcom, tactic_rows

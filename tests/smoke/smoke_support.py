@@ -10,6 +10,8 @@ import importlib.util
 import os
 import sys
 import tempfile
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -76,3 +78,40 @@ def run_dag(file_name: str, **kwargs: Any) -> Any:
 
     get_bagged_dag(None, dag.dag_id)
     return dag.test(**kwargs)
+
+
+def record_trigger_runs(monkeypatch: Any) -> list[Any]:
+    """Note every run of the export sensor's trigger: a non-empty list means the sensor deferred."""
+    from abm_provider.triggers.exports import ExecutionCompleteTrigger
+
+    runs: list[Any] = []
+    original_run = ExecutionCompleteTrigger.run
+
+    async def recording_run(self: ExecutionCompleteTrigger) -> Any:
+        runs.append(self)
+        async for event in original_run(self):
+            yield event
+
+    monkeypatch.setattr(ExecutionCompleteTrigger, "run", recording_run)
+    return runs
+
+
+def fire_once_deferred(
+    emulator: Any, export_type: str, deferred: list[Any], fired: list[Any]
+) -> threading.Thread:
+    """Fire an execution once the sensor has deferred, so the trigger is what sees it complete.
+
+    Waiting on the deferral, not on a clock, keeps a test right however slow the machine is. If the
+    sensor never defers, the execution is fired after a minute, so the run ends and the test's
+    assertion on ``deferred`` says why.
+    """
+
+    def wait_and_fire() -> None:
+        deadline = time.monotonic() + 60
+        while not deferred and time.monotonic() < deadline:
+            time.sleep(0.1)
+        fired.append(emulator.fire(export_type))
+
+    thread = threading.Thread(target=wait_and_fire, daemon=True)
+    thread.start()
+    return thread

@@ -12,15 +12,13 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
-import threading
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pytest
-from smoke_support import DAGS, run_dag, task_states
+from smoke_support import DAGS, fire_once_deferred, record_trigger_runs, run_dag, task_states
 
 import abm_provider
 
@@ -51,7 +49,7 @@ def test_the_state_dir_set_in_the_airflow_configuration_is_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``[abm] state_dir`` of airflow.cfg: Airflow 3.1 keeps its configuration elsewhere than 3.2 does."""
-    from abm_provider.accounts import default_state_dir
+    from abm_provider.common.paths import default_state_dir
     from abm_provider.compat import airflow_conf
 
     monkeypatch.delenv("AIRFLOW__ABM__STATE_DIR", raising=False)
@@ -96,40 +94,12 @@ def test_operators_create_a_folder_and_a_list_and_add_accounts(abm_emulator: Any
     assert {m["id"] for m in abm_emulator.members(created["listId"])} == set(ids)
 
 
-def _fire_once_deferred(emulator: Any, deferred: list[object]) -> threading.Thread:
-    """Fire the execution once the sensor has deferred, so the trigger is what sees it complete.
-
-    Waiting on the deferral, not on a clock, keeps the test right however slow the machine is; if the
-    sensor never defers, the execution is fired after a minute so the run ends and the assertion says why.
-    """
-
-    def wait_and_fire() -> None:
-        deadline = time.monotonic() + 60
-        while not deferred and time.monotonic() < deadline:
-            time.sleep(0.1)
-        emulator.fire(EXPORT_TYPE)
-
-    thread = threading.Thread(target=wait_and_fire, daemon=True)
-    thread.start()
-    return thread
-
-
 @pytest.mark.timeout(300)
 def test_the_export_dag_defers_then_loads_duckdb(
     abm_emulator: Any, metadata_db: None, duckdb_warehouse: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from abm_provider.triggers.exports import ExecutionCompleteTrigger
-
-    deferred: list[object] = []
-    original_run = ExecutionCompleteTrigger.run
-
-    async def counting_run(self: ExecutionCompleteTrigger) -> Any:
-        deferred.append(self)
-        async for event in original_run(self):
-            yield event
-
-    monkeypatch.setattr(ExecutionCompleteTrigger, "run", counting_run)
-    thread = _fire_once_deferred(abm_emulator, deferred)
+    deferred = record_trigger_runs(monkeypatch)
+    thread = fire_once_deferred(abm_emulator, EXPORT_TYPE, deferred, [])
     today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     dag_run = run_dag("abm_export_to_warehouse.py", logical_date=today - timedelta(days=2))
     thread.join(5)

@@ -25,7 +25,7 @@ from sync_support import (
     sync,
 )
 
-from abm_provider.rejects import TooManyRejects
+from abm_provider.common.rejects import TooManyRejects
 
 NOT_FOUND = "002000000000000099"  # well formed, but not an account id: the service reports it not found
 

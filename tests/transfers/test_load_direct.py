@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from loadtest_support import TACTIC_COLUMNS, download_xcom, expected, tactic_rows
 
-from abm_provider.rejects import read_rejects
+from abm_provider.common.rejects import read_rejects
 
 ROWS = tactic_rows([dt.date(2026, 10, 1), dt.date(2026, 10, 2)], 3, version=1)
 STRAIGHT = "straight into the new table"
@@ -50,7 +50,7 @@ def test_a_clean_first_load_is_written_once_with_its_lineage(native_warehouse, t
 
 
 def test_the_lineage_defaults_used_for_the_copy_do_not_stay_on_the_table(tmp_path, monkeypatch, request):
-    from conftest import make_warehouse
+    from load_warehouses import make_warehouse
 
     warehouse = make_warehouse("postgres", tmp_path, monkeypatch, request)
     path = write(tmp_path / "clean.csv", [csv_line(r) for r in ROWS])
@@ -105,8 +105,9 @@ def test_a_first_load_that_needs_the_stage_gives_the_staged_outcome(native_wareh
 
 def test_duckdb_reads_a_file_with_carriage_returns_once_for_its_byte_check(tmp_path, monkeypatch, request):
     """The one-pass attempt steps back at a carriage return; staging reuses that scan, not a second read."""
+    from load_warehouses import make_warehouse
+
     import abm_provider.warehouse.duckdb as duckdb_loader
-    from conftest import make_warehouse
 
     warehouse = make_warehouse("duckdb", tmp_path, monkeypatch, request)
     scans: list[Path] = []

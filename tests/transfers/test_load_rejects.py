@@ -10,7 +10,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from loadtest_support import TACTIC_COLUMNS, download_xcom, expected, tactic_rows
 
-from abm_provider.rejects import TooManyRejects, read_rejects
+from abm_provider.common.rejects import TooManyRejects, read_rejects
 
 GOOD = tactic_rows([dt.date(2026, 10, 1), dt.date(2026, 10, 2), dt.date(2026, 10, 3)], 2, version=1)
 
@@ -202,7 +202,7 @@ def test_a_new_table_gets_its_unique_key_index_with_the_first_load(kind, tmp_pat
 
     PostgreSQL and DuckDB build none: their load's lock keeps one row per key (issue 18).
     """
-    from conftest import make_warehouse
+    from load_warehouses import make_warehouse
 
     warehouse = make_warehouse(kind, tmp_path, monkeypatch, request)
     path = tmp_path / "first.csv"
@@ -219,7 +219,7 @@ def test_a_new_table_gets_its_unique_key_index_with_the_first_load(kind, tmp_pat
 
 def test_postgres_skips_its_sql_check_when_the_arrow_prescan_vouches(tmp_path, monkeypatch, request, capsys):
     """Into an existing table (staged), a clean file skips the row-by-row SQL check."""
-    from conftest import make_warehouse
+    from load_warehouses import make_warehouse
 
     warehouse = make_warehouse("postgres", tmp_path, monkeypatch, request)
     first = tactic_rows([dt.date(2026, 9, 30)], 2, version=1)

@@ -39,14 +39,14 @@ def abm(emulator: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
 
 @pytest.fixture(params=["postgres", "duckdb"])
 def target(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from conftest import make_warehouse
+    from load_warehouses import make_warehouse
 
     return make_warehouse(request.param, tmp_path, monkeypatch, request)
 
 
 @pytest.fixture
 def pg(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from conftest import make_warehouse
+    from load_warehouses import make_warehouse
 
     return make_warehouse("postgres", tmp_path, monkeypatch, request)
 

@@ -9,15 +9,12 @@ not know to a rejects file: nothing disappears silently, and XCom carries only a
 
 from __future__ import annotations
 
-import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from airflow.sdk import ObjectStoragePath
 
-from abm_provider._collector import fewer_collections
-from abm_provider._inflight import PerThread, check_in_flight, in_order
 from abm_provider.accounts import (
     API_FIELDS,
     KNOWN_CRM_TYPES,
@@ -30,13 +27,26 @@ from abm_provider.accounts import (
     SourceRow,
     SqlSource,
     TableSource,
-    as_storage_path,
     check_batch_size,
     detect_file_format,
     is_table,
     iter_batches,
     normalise_column_map,
     open_file_source,
+)
+from abm_provider.common.collector import fewer_collections
+from abm_provider.common.concurrency import PerThread, check_in_flight, in_order
+from abm_provider.common.paths import as_storage_path
+from abm_provider.common.progress import RowProgress
+from abm_provider.common.rejects import (
+    Limit,
+    RejectsWriter,
+    TooManyRejects,
+    check_limit,
+    check_rejects,
+    describe_reject,
+    raw_json,
+    task_rejects_location,
 )
 from abm_provider.compat import AirflowFailException
 from abm_provider.exceptions import AbmApiError
@@ -47,16 +57,6 @@ from abm_provider.operators._base import (
     fail_if_final,
     is_deferred,
     is_xcom_arg,
-)
-from abm_provider.rejects import (
-    Limit,
-    RejectsWriter,
-    TooManyRejects,
-    check_limit,
-    check_rejects,
-    describe_reject,
-    raw_json,
-    task_rejects_location,
 )
 
 if TYPE_CHECKING:
@@ -196,43 +196,6 @@ class CreateAccountListOperator(AbmBaseOperator):
             raise
         self.push(context, list_id=found["listId"])
         return found
-
-
-class _Progress:
-    """Logs rows, batches and rate at most every ``interval`` seconds, so long runs show life."""
-
-    def __init__(self, log: Any, action: str, interval: float) -> None:
-        self.log = log
-        self.action = action
-        self.interval = interval
-        self.started = time.monotonic()
-        self._last = self.started
-
-    def elapsed(self) -> float:
-        """Seconds since the transfer started."""
-        return time.monotonic() - self.started
-
-    def maybe_log(self, stats: Mapping[str, int]) -> None:
-        """Log if the interval has passed since the last line."""
-        now = time.monotonic()
-        if now - self._last < self.interval:
-            return
-        self._last = now
-        self.log_now(stats)
-
-    def log_now(self, stats: Mapping[str, int]) -> None:
-        """Log one progress line."""
-        elapsed = max(self.elapsed(), 1e-9)
-        self.log.info(
-            "%s: %d rows read, %d accounts sent in %d batches, %d invalid, %d not found; %.0f rows/s",
-            self.action,
-            stats["rows"],
-            stats["sent"],
-            stats["batches"],
-            stats["rejected"],
-            stats["not_found"],
-            stats["rows"] / elapsed,
-        )
 
 
 class _DefaultLimit(int):
@@ -392,7 +355,7 @@ class _ListMembershipOperator(AbmBaseOperator):
         batches: Iterator[list[tuple[dict[str, str], SourceRow]]],
         totals: dict[str, int],
         rejects: RejectsWriter,
-        progress: _Progress,
+        progress: RowProgress,
     ) -> None:
         """Send every batch, with up to ``max_in_flight`` requests open; count answers in order.
 
@@ -422,7 +385,7 @@ class _ListMembershipOperator(AbmBaseOperator):
         result: AccountsResult,
         totals: dict[str, int],
         rejects: RejectsWriter,
-        progress: _Progress,
+        progress: RowProgress,
     ) -> None:
         """Add one answer to the totals and write the accounts the service did not find."""
         totals["batches"] += 1
@@ -482,7 +445,7 @@ class _ListMembershipOperator(AbmBaseOperator):
         warnings.warn(f"{type(self).__name__}: {message}", DeprecationWarning, stacklevel=3)
 
     def _check_limit(self, count: int, limit: Limit, **kwargs: Any) -> bool:
-        """Fail past ``limit`` (:func:`~abm_provider.rejects.check_rejects`); return whether it was passed.
+        """Fail past ``limit`` (:func:`~abm_provider.common.rejects.check_rejects`); tell if it was passed.
 
         With the deprecated ``on_limit="warn"`` a passed limit is only logged.
         """
@@ -513,7 +476,7 @@ class _ListMembershipOperator(AbmBaseOperator):
         totals["rejected"] = 0
         examples: list[str] = []
         warned_count = False
-        progress = _Progress(self.log, f"{self.action} list {self.list_id}", self.progress_interval)
+        progress = RowProgress(self.log, f"{self.action} list {self.list_id}", self.progress_interval)
         self.log.info(
             "%s accounts %s list %s from %s; rejects go to %s",
             self.action.capitalize(),
@@ -644,7 +607,7 @@ class AddAccountsToListOperator(_ListMembershipOperator):
     with ``SALESFORCE``, so a row is sent with what it has (``default_crm_org_id`` and
     ``default_crm_type`` fill the gaps here instead, when set).
     Invalid rows and accounts the service reports as not found are written with a reason to a CSV
-    rejects file (the format of :mod:`abm_provider.rejects`, shared with the warehouse loader:
+    rejects file (the format of :mod:`abm_provider.common.rejects`, shared with the warehouse loader:
     ``line`` of a CSV source, ``record`` number, ``reason``, ``raw`` row as JSON): ``rejects_path``
     if given, else ``<rejects_base or [abm] state_dir>/rejects/<dag_id>/<run_id>/<task_id>/try_<n>.csv``.
 
@@ -653,7 +616,7 @@ class AddAccountsToListOperator(_ListMembershipOperator):
     :param max_rejected: invalid rows tolerated: an int is a count, checked as each invalid row is met
         so the task fails as soon as there are more (default 0); a float in [0, 1) is a share of all
         rows, checked at the end; ``None``: no limit. Past it the task fails without retries
-        (:class:`~abm_provider.rejects.TooManyRejects`), the rejects written so far kept.
+        (:class:`~abm_provider.common.rejects.TooManyRejects`), the rejects written so far kept.
     :param max_not_found: not-found accounts tolerated, as a count or a share of all rows like
         ``max_rejected`` (default ``None``: no limit); checked at the end.
     :param max_rejected_fraction: deprecated, use ``max_rejected=<float>``. Giving both fails.

@@ -22,16 +22,16 @@ from abm_provider.accounts import (
     open_file_source,
 )
 from abm_provider.assets import warehouse_asset
+from abm_provider.common.lineage import table_dataset
+from abm_provider.common.rejects import check_limit
+from abm_provider.common.sql import sql_hook
 from abm_provider.compat import AirflowFailException
-from abm_provider.lineage import table_dataset
 from abm_provider.operators._base import (
     ACCOUNT_LISTS_COLOR,
     ACCOUNT_SOURCE_RENDERERS,
     AbmBaseOperator,
     is_deferred,
 )
-from abm_provider.rejects import check_limit
-from abm_provider.sync.database import sql_hook
 from abm_provider.sync.engine import MODES, ListSync, Mode, SyncOptions
 from abm_provider.sync.lock import check_lock_timeout, open_state
 from abm_provider.sync.state import DEFAULT_PREFIX, StateTables
@@ -41,7 +41,7 @@ from abm_provider.warehouse.schema import TableName
 if TYPE_CHECKING:
     from airflow.sdk import Context, ObjectStoragePath
 
-from abm_provider._inflight import check_in_flight
+from abm_provider.common.concurrency import check_in_flight
 
 
 def _as_bool(value: Any, name: str) -> bool:

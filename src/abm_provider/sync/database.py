@@ -33,7 +33,6 @@ from functools import cached_property
 from typing import Any
 
 from airflow.providers.common.sql.hooks.sql import DbApiHook
-from airflow.sdk import BaseHook
 
 from abm_provider.warehouse import dialect_of
 
@@ -121,16 +120,6 @@ def _file_locked(err: BaseException) -> StateFileLocked | None:
 
 def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
-
-
-def sql_hook(conn_id: str, what: str, hook_params: dict[str, Any] | None = None) -> DbApiHook:
-    """The common-sql hook of ``conn_id``; a clear error naming the setting when it is not one."""
-    hook = BaseHook.get_connection(conn_id).get_hook(hook_params=hook_params or {})
-    if not isinstance(hook, DbApiHook):
-        raise TypeError(
-            f"{what} {conn_id!r} resolves to {type(hook).__name__}, which is not a common-sql DbApiHook"
-        )
-    return hook
 
 
 class StateDatabase:

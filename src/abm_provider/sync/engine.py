@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from abm_provider._inflight import PerThread, in_order
 from abm_provider.accounts import AccountSource, AccountValidator
+from abm_provider.common.concurrency import PerThread, in_order
+from abm_provider.common.rejects import TooManyRejects, check_limit, check_rejects, describe_reject, raw_json
 from abm_provider.exceptions import AbmApiError
-from abm_provider.rejects import TooManyRejects, check_limit, check_rejects, describe_reject, raw_json
 from abm_provider.sync.database import StateDatabase
 from abm_provider.sync.lock import check_lock_timeout, hold_list_lock
 from abm_provider.sync.state import DONE, DRY_RUN, SENDING, StateTables

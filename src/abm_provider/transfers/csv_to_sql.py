@@ -12,7 +12,6 @@ table as it was, and bad rows go to a rejects file instead of disappearing. See
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import shutil
@@ -21,14 +20,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseHook, BaseOperator, ObjectStoragePath
+from airflow.sdk import BaseOperator, ObjectStoragePath
 
 from abm_provider.assets import warehouse_asset
+from abm_provider.common.lineage import table_dataset
+from abm_provider.common.paths import as_storage_path, is_local, local_path
+from abm_provider.common.rejects import Limit, check_limit, default_rejects_path, task_rejects_location
+from abm_provider.common.sql import sql_hook
 from abm_provider.compat import AirflowFailException
-from abm_provider.download import is_local, local_path
+from abm_provider.download import file_sha256
 from abm_provider.fetch import ExecutionDownload, display, execution_inputs
-from abm_provider.lineage import table_dataset
-from abm_provider.rejects import Limit, check_limit, default_rejects_path, task_rejects_location
+from abm_provider.operators._base import is_deferred
 from abm_provider.streaming import ExportStream
 from abm_provider.triggers.exports import parse_timestamp
 from abm_provider.urls import safe_url
@@ -43,11 +45,6 @@ if TYPE_CHECKING:
 __all__ = ["ExecutionCsvToSqlOperator", "warehouse_asset"]
 
 _ON_SCHEMA_CHANGE = ("fail", "add_columns")
-_LOCAL_PROTOCOLS = ("", "file", "local")
-
-
-def _templated(value: object) -> bool:
-    return isinstance(value, str) and "{{" in value
 
 
 class ExecutionCsvToSqlOperator(BaseOperator):
@@ -72,9 +69,9 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         added to the table; a column missing from the file always fails).
     :param max_rejected: an int is a count of rejected records tolerated, a float in [0, 1) a
         fraction of all records, ``None`` no limit; past it the load fails without retries
-        (:class:`~abm_provider.rejects.TooManyRejects`) and nothing is loaded. Default 0.
+        (:class:`~abm_provider.common.rejects.TooManyRejects`) and nothing is loaded. Default 0.
     :param rejects_path: where rejected records go, in the rejects format of
-        :mod:`abm_provider.rejects` (``line``, ``record``, ``reason``, ``raw``); a load without
+        :mod:`abm_provider.common.rejects` (``line``, ``record``, ``reason``, ``raw``); a load without
         rejects removes a file an earlier load left there. Default ``<source>.rejects.csv`` for a
         local source; for a remote one, which is loaded from a temporary copy,
         ``<[abm] state_dir>/rejects/<dag_id>/<run_id>/<task_id>/try_<n>.csv``.
@@ -150,11 +147,11 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         max_rejected = check_limit(max_rejected, "max_rejected")
         if chunk_rows < 1:
             raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
-        if export_type is not None and not _templated(export_type):
+        if export_type is not None and not is_deferred(export_type):
             export_schema(export_type)
-        if not _templated(table):
+        if not is_deferred(table):
             TableName.parse(table)
-        if "outlets" not in kwargs and not _templated(table) and not _templated(sql_conn_id):
+        if "outlets" not in kwargs and not is_deferred(table) and not is_deferred(sql_conn_id):
             kwargs["outlets"] = [warehouse_asset(sql_conn_id, table)]
         super().__init__(**kwargs)
         self.source = source
@@ -183,8 +180,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
 
     def get_db_hook(self) -> Any:
         """The connection's own hook (DuckDBHook, PostgresHook, ...), as common-sql operators resolve it."""
-        connection = BaseHook.get_connection(self.sql_conn_id)
-        return connection.get_hook(hook_params=self.hook_params)
+        return sql_hook(self.sql_conn_id, "sql_conn_id", self.hook_params)
 
     def execute(self, context: Context) -> dict[str, Any]:
         execution = self._execution()
@@ -291,7 +287,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         keys = self._key_columns(schema.natural_key)
         table = TableName.parse(self.table)
         size = path.stat().st_size if stream is None else 0
-        sha256 = meta.get("sha256") or ("" if stream is not None else _sha256(path))
+        sha256 = meta.get("sha256") or ("" if stream is not None else file_sha256(as_storage_path(path))[0])
         execution_id = meta.get("execution_id") or self.execution_id
         request = LoadRequest(
             path=path,
@@ -378,7 +374,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         if isinstance(location, Path):
             return location, None
         storage = location if isinstance(location, ObjectStoragePath) else ObjectStoragePath(str(location))
-        if storage.protocol in _LOCAL_PROTOCOLS:
+        if is_local(storage):
             path = Path(storage.path)
             if not path.is_file():
                 raise AirflowFailException(f"source file {path} does not exist")
@@ -438,11 +434,3 @@ def _naive_utc(value: Any) -> dt.datetime | None:
     except ValueError as err:
         raise AirflowFailException(f"the source's update_time {value!r} is not a timestamp: {err}") from err
     return parsed.replace(tzinfo=None) if parsed is not None else None
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(8 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()

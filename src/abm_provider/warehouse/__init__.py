@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from abm_provider.rejects import TooManyRejects
+from abm_provider.common.rejects import TooManyRejects
 from abm_provider.warehouse.base import LoadRequest, LoadResult, SchemaMismatch, WarehouseLoader
 
 Method = Literal["auto", "native", "generic"]

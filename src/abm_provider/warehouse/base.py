@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
-from abm_provider.rejects import Limit, RejectsWriter, check_rejects, describe_reject
+from abm_provider.common.rejects import Limit, RejectsWriter, check_rejects, describe_reject
 from abm_provider.warehouse import ledger
 from abm_provider.warehouse.records import locate, parse_header, read_header
 from abm_provider.warehouse.schema import (

@@ -38,18 +38,18 @@ import csv
 import datetime as dt
 import io
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
+from abm_provider.common.progress import ByteProgress
 from abm_provider.warehouse.base import STAGE_TABLE, ColumnPlan, LoadRequest, StreamReader, WarehouseLoader
 from abm_provider.warehouse.prescan import KeyOrder, vouch_all
 from abm_provider.warehouse.records import iter_records
 from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, Kind, TableName, quote
 
 CHUNK = 1024 * 1024
-_PROGRESS_EVERY = 256 * 1024 * 1024
+_PROGRESS_INTERVAL = 30.0  # seconds between COPY progress lines
 
 
 #: Memory for the load's sorts and hashes (duplicate keys, the replace join), unless the session has more.
@@ -230,10 +230,18 @@ class PostgresLoader(WarehouseLoader):
                 )
             try:
                 if streamed:
-                    copied = self._copy(cur, sql, _progress(data.chunks(), request.size, self.log))
+                    copied = self._copy(
+                        cur,
+                        sql,
+                        _progress(data.chunks(), request.size, self.log),
+                    )
                 else:
                     with request.path.open("rb") as handle:
-                        copied = self._copy(cur, sql, _progress(_read(handle), request.size, self.log))
+                        copied = self._copy(
+                            cur,
+                            sql,
+                            _progress(_read(handle), request.size, self.log),
+                        )
             except BaseException:
                 # Both readers are let go, which wakes the pre-scan's read-ahead thread if it waits on
                 # its pipe: the pool below waits for the scan, and the interpreter at exit for Arrow's
@@ -320,16 +328,8 @@ def _read(handle: IO[bytes]) -> Iterator[bytes]:
 
 
 def _progress(chunks: Iterator[bytes], size: int, log: Any) -> Iterator[bytes]:
-    """The chunks, logging every 256 MB sent (``size`` 0: still downloading, not known yet)."""
-    sent, next_report, started = 0, _PROGRESS_EVERY, time.monotonic()
-    of = f" of {size >> 20}" if size else ""
-    for chunk in chunks:
-        sent += len(chunk)
-        if sent >= next_report:
-            elapsed = max(time.monotonic() - started, 1e-6)
-            log.info("COPY: %d%s MB sent (%.1f MB/s)", sent >> 20, of, sent / elapsed / (1 << 20))
-            next_report += _PROGRESS_EVERY
-        yield chunk
+    """The chunks on their way to ``COPY``, with progress lines (``size`` 0: not known yet)."""
+    return ByteProgress(log, "COPY", _PROGRESS_INTERVAL).through(chunks, size or None)
 
 
 def _scan_stream(

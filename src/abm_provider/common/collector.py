@@ -3,11 +3,10 @@
 Why: an account sync holds each batch (a thousand rows, each a few dicts and tuples) for a moment,
 long enough for CPython's young-generation passes (every 700 net allocations) to promote them.
 The promoted rows then trigger full passes, and every full pass walks all of Airflow's and the
-provider's own objects again. Measured on 1,000,000 accounts: 3.9 CPU seconds for reading,
-validating, batching and encoding with the default thresholds, 2.6 with the young threshold at
-50,000, the same as with the collector off. The rows hold no reference cycles, so reference
-counting frees them either way; only cycle detection is made less frequent, and the thresholds
-are put back when the block ends.
+provider's own objects again; a higher young threshold saves about a third of the CPU of reading,
+validating, batching and encoding (docs/performance.md, "Figures behind design choices"). The rows
+hold no reference cycles, so reference counting frees them either way; only cycle detection is made
+less frequent, and the thresholds are put back when the block ends.
 """
 
 from __future__ import annotations

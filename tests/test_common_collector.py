@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from abm_provider._collector import STREAMING_THRESHOLD, fewer_collections
+from abm_provider.common.collector import STREAMING_THRESHOLD, fewer_collections
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ from typing import Any, TypeAlias
 
 from airflow.sdk import ObjectStoragePath
 
-from abm_provider.accounts import _is_local, _safe_key, as_storage_path, default_state_dir
+from abm_provider.common.paths import as_storage_path, default_state_dir, is_local, safe_key
 from abm_provider.compat import AirflowFailException
 from abm_provider.exceptions import local_io
 
@@ -201,7 +201,7 @@ class RejectsWriter(AbstractContextManager["RejectsWriter"]):
         self.path = as_storage_path(path)
         self.remove_stale = remove_stale
         self.count = 0
-        self._local: Path | None = Path(self.path.path) if _is_local(self.path) else None
+        self._local: Path | None = Path(self.path.path) if is_local(self.path) else None
         self._tmp: Path | None = None
         self._file: Any = None
         self._writer: Any = None
@@ -287,8 +287,8 @@ def rejects_location(
     never overwrites the evidence of the failed try before it.
     """
     root = as_storage_path(base if base is not None else default_state_dir())
-    task_part = _safe_key(task_id) + (f".{map_index}" if map_index is not None and map_index >= 0 else "")
-    return root / "rejects" / _safe_key(dag_id) / _safe_key(run_id) / task_part / f"try_{try_number}.csv"
+    task_part = safe_key(task_id) + (f".{map_index}" if map_index is not None and map_index >= 0 else "")
+    return root / "rejects" / safe_key(dag_id) / safe_key(run_id) / task_part / f"try_{try_number}.csv"
 
 
 def task_rejects_location(base: StoragePath | None, context: Any, operator: Any) -> ObjectStoragePath:

@@ -1,0 +1,160 @@
+"""The warehouses of the loader tests, with their fixtures: a DuckDB file, a real PostgreSQL (a schema of
+its own per test), and the generic path against PostgreSQL and SQLite.
+
+A module with a name of its own, not ``conftest``, so that other test folders import the same
+fixtures and helpers without depending on which ``conftest`` module pytest imported last.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.providers.common.sql.hooks.sql import DbApiHook
+from loadtest_support import duckdb_conn_env, postgres_conn_env, table_contents
+
+from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
+
+PG_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=3"
+
+
+def postgres_available() -> str | None:
+    """``None`` when the test PostgreSQL answers, else why not."""
+    try:
+        import psycopg
+
+        with psycopg.connect(PG_DSN):
+            return None
+    except Exception as exc:
+        return f"PostgreSQL at 127.0.0.1:5432 (db test, user postgres) is not reachable: {exc}"
+
+
+def _require_postgres() -> None:
+    """Skip the test, saying why, when the test PostgreSQL does not answer."""
+    reason = postgres_available()
+    if reason:
+        pytest.skip(reason)
+
+
+class SqliteTestHook(DbApiHook):
+    """A common-sql hook over a SQLite file, standing in for "any other DbApiHook"."""
+
+    conn_name_attr = "sqlite_conn_id"
+    default_conn_name = "sqlite_default"
+    conn_type = "sqlite"
+    placeholder = "?"
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+    def get_conn(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path)
+
+
+class Warehouse:
+    """One target for a test: builds operators against it and reads the table and ledger back."""
+
+    def __init__(self, kind: str, conn_id: str, table: str, method: str, hook: Any = None) -> None:
+        self.kind = kind
+        self.conn_id = conn_id
+        self.table = table
+        self.method = method
+        self._hook = hook
+        schema, _, _ = table.rpartition(".")
+        self.ledger = f"{schema}.abm_load_ledger" if schema else "abm_load_ledger"
+
+    def operator(self, **kwargs: Any) -> ExecutionCsvToSqlOperator:
+        kwargs.setdefault("task_id", f"load_{uuid.uuid4().hex[:6]}")
+        kwargs.setdefault("table", self.table)
+        op = ExecutionCsvToSqlOperator(sql_conn_id=self.conn_id, method=self.method, **kwargs)
+        if self._hook is not None:
+            op.get_db_hook = lambda: self._hook  # type: ignore[method-assign]
+        return op
+
+    def hook(self) -> Any:
+        if self._hook is not None:
+            return self._hook
+        if self.kind == "duckdb":
+            from airflow.providers.duckdb.hooks.duckdb import DuckDBHook
+
+            return DuckDBHook(duckdb_conn_id=self.conn_id)
+        from airflow.providers.postgres.hooks.postgres import PostgresHook
+
+        return PostgresHook(postgres_conn_id=self.conn_id)
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        with closing(self.hook().get_conn()) as conn:
+            cur = conn.cursor()
+            cur.execute(sql)
+            return list(cur.fetchall())
+
+    def contents(self, export_type: str = "TACTIC_PERFORMANCE") -> dict[tuple[str, ...], tuple[Any, ...]]:
+        with closing(self.hook().get_conn()) as conn:
+            return table_contents(conn.cursor(), self.table, export_type)
+
+    def exists(self) -> bool:
+        try:
+            self.query(f"SELECT 1 FROM {self.table} WHERE 1 = 0")
+        except Exception:
+            return False
+        return True
+
+    def ledger_rows(self) -> list[tuple[Any, ...]]:
+        return self.query(
+            f"SELECT execution_id, sha256, rows_loaded, rows_deleted, rows_rejected FROM {self.ledger} "
+            "ORDER BY loaded_at, rows_loaded"
+        )
+
+
+@pytest.fixture(scope="module")
+def pg_conn() -> Iterator[Any]:
+    """An autocommit connection to the test PostgreSQL, for checks that need no table of their own."""
+    _require_postgres()
+    import psycopg
+
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[str]:
+    _require_postgres()
+    import psycopg
+
+    schema = f"abm_load_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    yield schema
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def make_warehouse(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: Any) -> Warehouse:
+    if kind == "duckdb":
+        monkeypatch.setenv("AIRFLOW_CONN_WH_DUCKDB", duckdb_conn_env(tmp_path / "wh.duckdb"))
+        return Warehouse(kind, "wh_duckdb", "tactic_perf", "auto")
+    if kind == "sqlite":
+        return Warehouse(
+            kind, "wh_sqlite", "tactic_perf", "generic", hook=SqliteTestHook(tmp_path / "wh.sqlite")
+        )
+    schema = request.getfixturevalue("pg_schema")
+    monkeypatch.setenv("AIRFLOW_CONN_WH_PG", postgres_conn_env())
+    return Warehouse(
+        kind, "wh_pg", f"{schema}.tactic_perf", "generic" if kind == "postgres_generic" else "auto"
+    )
+
+
+@pytest.fixture(params=["duckdb", "postgres", "postgres_generic", "sqlite"])
+def warehouse(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Warehouse:
+    return make_warehouse(request.param, tmp_path, monkeypatch, request)
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def native_warehouse(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Warehouse:
+    return make_warehouse(request.param, tmp_path, monkeypatch, request)
