@@ -49,7 +49,7 @@ _CONN_FIELDS: dict[str, Any] = {
 
 
 def _conn_fields() -> dict[str, Any]:
-    from abm_provider.connection import conn_fields
+    from abm_provider.hooks._settings import conn_fields
 
     return {**_CONN_FIELDS, **conn_fields()}
 

@@ -36,7 +36,7 @@ from abm_provider.download import (
     write_manifest,
 )
 from abm_provider.exceptions import local_io
-from abm_provider.urls import UnsafeUrlError, check_url, safe_url
+from abm_provider.hooks._urls import UnsafeUrlError, check_url, safe_url
 
 if TYPE_CHECKING:
     from abm_provider.hooks.abm import AbmHook

@@ -23,8 +23,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from export_helpers import EXPORT_TYPE
 
 from abm_provider.exceptions import AbmApiError
+from abm_provider.hooks._urls import UnsafeUrlError
 from abm_provider.operators.exports import CreateExportJobOperator, DownloadExecutionCsvOperator
-from abm_provider.urls import UnsafeUrlError
 
 MiB = 1 << 20
 

@@ -22,9 +22,9 @@ from abm_provider.download import (
     read_manifest,
     write_manifest,
 )
-from abm_provider.models import DownloadResult
+from abm_provider.hooks._urls import UnsafeUrlError, check_url, safe_url
+from abm_provider.hooks.results import DownloadResult
 from abm_provider.operators.exports import DownloadExecutionCsvOperator
-from abm_provider.urls import UnsafeUrlError, check_url, safe_url
 
 
 @pytest.mark.parametrize(

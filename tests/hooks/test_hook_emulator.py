@@ -17,7 +17,7 @@ import pytest
 
 from abm_provider.exceptions import AbmApiError
 from abm_provider.hooks.abm import AbmHook
-from abm_provider.models import BatchResult
+from abm_provider.hooks.results import BatchResult
 
 from .emulator_log import seen
 

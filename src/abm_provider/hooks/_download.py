@@ -21,8 +21,8 @@ import tenacity
 from abm_provider.exceptions import EXCERPT_CHARS, AbmApiError, UnexpectedBody
 from abm_provider.hooks._pipeline import USER_AGENT, Answer, Call, ErrorBody, Pipeline, Prepared
 from abm_provider.hooks._transports import RequestsTransport
-from abm_provider.models import DownloadResult
-from abm_provider.urls import UnsafeUrlError, check_url, safe_url, url_origin
+from abm_provider.hooks._urls import UnsafeUrlError, check_url, safe_url, url_origin
+from abm_provider.hooks.results import DownloadResult
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 #: Media types no export file is served as: an HTML page, a JSON or XML (error) body.

@@ -20,10 +20,17 @@ from urllib.parse import quote
 
 import tenacity
 
-from abm_provider.bodies import ErrorBody, clip, decode, parse_error_body, parse_object, parse_retry_after
-from abm_provider.connection import AbmSettings, Limits
 from abm_provider.exceptions import AbmApiError
-from abm_provider.urls import Redactor, encode_query
+from abm_provider.hooks._responses import (
+    ErrorBody,
+    clip,
+    decode,
+    parse_error_body,
+    parse_object,
+    parse_retry_after,
+)
+from abm_provider.hooks._settings import AbmSettings, Limits
+from abm_provider.hooks._urls import Redactor, encode_query
 
 REQUEST_ID_HEADERS = ("x-request-id", "x-amz-request-id")
 USER_AGENT = "airflow-provider-abm"

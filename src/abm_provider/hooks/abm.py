@@ -18,9 +18,9 @@ import requests
 import tenacity
 from airflow.sdk import BaseHook
 
-from abm_provider.connection import AbmSettings, Limits, connection_name, is_test_copy, renamed
 from abm_provider.exceptions import AbmApiError
-from abm_provider.hooks._answers import (
+from abm_provider.hooks._download import Download
+from abm_provider.hooks._endpoints import (
     EXPORT_JOBS_PATH,
     FOLDERS_PATH,
     LISTS_PATH,
@@ -34,11 +34,11 @@ from abm_provider.hooks._answers import (
     list_resource,
     lists_call,
 )
-from abm_provider.hooks._download import Download
 from abm_provider.hooks._pipeline import Call, ErrorBody, Pager, Pipeline
+from abm_provider.hooks._settings import AbmSettings, Limits, connection_name, is_test_copy, renamed
 from abm_provider.hooks._transports import AiohttpTransport, RequestsTransport
-from abm_provider.models import AccountsResult, BatchResult, DownloadResult, batch_result
-from abm_provider.urls import DEFAULT_BASE_URL, UnsafeUrlError, path_segment
+from abm_provider.hooks._urls import DEFAULT_BASE_URL, UnsafeUrlError, path_segment
+from abm_provider.hooks.results import AccountsResult, BatchResult, DownloadResult, batch_result
 
 __all__ = ["MAX_ACCOUNTS_PER_REQUEST", "AbmAsyncHook", "AbmHook"]
 
@@ -53,7 +53,7 @@ class _AbmHookBase(BaseHook):
 
     :param abm_conn_id: connection of type ``abm``: host = base URL, password = API key.
     :param limits: request settings that win over the connection extra, by the names of
-        :class:`~abm_provider.connection.Limits` (``max_wait`` and ``timeout`` are the deprecated
+        :class:`~abm_provider.hooks._settings.Limits` (``max_wait`` and ``timeout`` are the deprecated
         names of ``retry_max_wait`` and ``request_timeout``); ``None`` means "as the connection says".
     """
 

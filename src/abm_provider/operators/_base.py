@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from abm_provider.compat import AirflowFailException
-from abm_provider.connection import task_settings
+from abm_provider.hooks._settings import task_settings
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

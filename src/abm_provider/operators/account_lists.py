@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from abm_provider.hooks.abm import AbmHook
-    from abm_provider.models import AccountsResult
+    from abm_provider.hooks.results import AccountsResult
 
 IfExists = Literal["reuse", "create", "fail"]
 #: Values of the deprecated ``on_limit`` argument.
@@ -84,7 +84,7 @@ def _check_id(value: Any, name: str) -> None:
     hook refuses it too, but only when the first request is built, as a plain ``ValueError`` that
     Airflow retries in vain. Checking here fails the DAG at parse time, or the task without retries.
     """
-    from abm_provider.urls import path_segment
+    from abm_provider.hooks._urls import path_segment
 
     path_segment(value, name)
 

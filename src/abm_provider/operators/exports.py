@@ -22,9 +22,9 @@ from airflow.sdk import ObjectStoragePath
 from abm_provider.compat import AirflowFailException
 from abm_provider.cron import InvalidScheduleError, validate_schedule
 from abm_provider.fetch import DownloadIfExists, ExecutionDownload, execution_inputs
+from abm_provider.hooks._urls import check_url
 from abm_provider.operators._base import AbmBaseOperator, fail_if_final, is_deferred
 from abm_provider.operators.account_lists import _check_id, _fail_on_bad_argument
-from abm_provider.urls import check_url
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -26,6 +26,7 @@ from abm_provider.common.lineage import table_dataset
 from abm_provider.common.rejects import check_limit
 from abm_provider.common.sql import sql_hook
 from abm_provider.compat import AirflowFailException
+from abm_provider.hooks._urls import path_segment
 from abm_provider.operators._base import (
     ACCOUNT_LISTS_COLOR,
     ACCOUNT_SOURCE_RENDERERS,
@@ -35,7 +36,6 @@ from abm_provider.operators._base import (
 from abm_provider.sync.engine import MODES, ListSync, Mode, SyncOptions
 from abm_provider.sync.lock import check_lock_timeout, open_state
 from abm_provider.sync.state import DEFAULT_PREFIX, StateTables
-from abm_provider.urls import path_segment
 from abm_provider.warehouse.schema import TableName
 
 if TYPE_CHECKING:

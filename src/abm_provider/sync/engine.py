@@ -45,7 +45,7 @@ from abm_provider.sync.state import DONE, DRY_RUN, SENDING, StateTables
 
 if TYPE_CHECKING:
     from abm_provider.hooks.abm import AbmHook
-    from abm_provider.models import AccountsResult
+    from abm_provider.hooks.results import AccountsResult
 
 Mode = Literal["mirror", "add_only"]
 MODES: tuple[str, ...] = ("mirror", "add_only")

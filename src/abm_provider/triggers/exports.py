@@ -274,7 +274,7 @@ class ExecutionCompleteTrigger(BaseTrigger):
         )
 
     def _hook(self) -> AbmAsyncHook:
-        from abm_provider.connection import task_settings
+        from abm_provider.hooks._settings import task_settings
         from abm_provider.hooks.abm import AbmAsyncHook
 
         settings = task_settings(

@@ -6,11 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from abm_provider.connection import AbmSettings
 from abm_provider.exceptions import AbmApiError
-from abm_provider.hooks._answers import executions_call
+from abm_provider.hooks._endpoints import executions_call
 from abm_provider.hooks._pipeline import Call, Pager, Pipeline
-from abm_provider.models import AccountsResult, batch_result
+from abm_provider.hooks._settings import AbmSettings
+from abm_provider.hooks.results import AccountsResult, batch_result
 
 
 def _acc(i: int, org: str | None = "00D1") -> dict[str, str]:

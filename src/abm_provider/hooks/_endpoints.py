@@ -9,7 +9,7 @@ from typing import Any
 from abm_provider.accounts import MAX_BATCH_SIZE as MAX_ACCOUNTS_PER_REQUEST
 from abm_provider.accounts import check_batch_size
 from abm_provider.hooks._pipeline import Call, api_path
-from abm_provider.urls import path_segment
+from abm_provider.hooks._urls import path_segment
 
 __all__ = ["MAX_ACCOUNTS_PER_REQUEST", "check_batch_size"]
 

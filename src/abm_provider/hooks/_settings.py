@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
-from abm_provider.urls import DEFAULT_BASE_URL, Redactor, normalise_base_url, url_origin
+from abm_provider.hooks._urls import DEFAULT_BASE_URL, Redactor, normalise_base_url, url_origin
 
 AuthType = Literal["bearer", "basic"]
 #: Names an earlier release used for a setting, accepted for one release with a DeprecationWarning.
