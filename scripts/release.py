@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +34,10 @@ import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 UV = ROOT / ".tools" / "bin" / "uv"
@@ -108,7 +111,8 @@ def project(path: Path) -> dict:
 
 
 def requirement_name(requirement: str) -> str:
-    return re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+    """The normalised distribution name of a requirement line (``name==1.0`` in a pins file, too)."""
+    return canonicalize_name(Requirement(requirement).name)
 
 
 def distribution_requirements() -> list[str]:
@@ -135,10 +139,11 @@ def direct_requirements() -> list[str]:
 def declared_floors() -> dict[str, str]:
     """{distribution: lower bound} of every ``>=`` both distributions declare."""
     floors: dict[str, str] = {}
-    for requirement in distribution_requirements():
-        found = re.search(r">=\s*([0-9][^,;\s]*)", requirement)
-        if found:
-            floors[requirement_name(requirement)] = found.group(1)
+    for line in distribution_requirements():
+        requirement = Requirement(line)
+        for spec in requirement.specifier:
+            if spec.operator == ">=":
+                floors[canonicalize_name(requirement.name)] = spec.version
     return floors
 
 
@@ -146,22 +151,11 @@ def pinned(path: Path) -> dict[str, str]:
     """{distribution: version} of a pins file."""
     versions = {}
     for line in path.read_text().splitlines():
-        found = re.match(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==([^\s;]+)", line)
-        if found:
-            versions[found.group(1).lower().replace("_", "-")] = found.group(2)
+        if line.strip() and not line.lstrip().startswith("#"):
+            requirement = Requirement(line.split("#", 1)[0].strip())
+            (spec,) = requirement.specifier
+            versions[canonicalize_name(requirement.name)] = spec.version
     return versions
-
-
-def same_version(a: str, b: str) -> bool:
-    """``1.2`` and ``1.2.0`` are one version."""
-
-    def parts(v: str) -> list[str]:
-        split = v.split(".")
-        while len(split) > 1 and split[-1] == "0":
-            split.pop()
-        return split
-
-    return parts(a) == parts(b)
 
 
 def floor_mismatches(target: Target) -> list[str]:
@@ -170,7 +164,7 @@ def floor_mismatches(target: Target) -> list[str]:
     return [
         f"{name}>={floor} is declared, but the Airflow {target.airflow} floor installs {versions.get(name)}"
         for name, floor in sorted(declared_floors().items())
-        if name in versions and not same_version(versions[name], floor)
+        if name in versions and Version(versions[name]) != Version(floor)
     ]
 
 

@@ -48,6 +48,7 @@ from typing import Any, ClassVar, Literal, Protocol
 from abm_provider.common.rejects import Limit, RejectsWriter, check_rejects, describe_reject
 from abm_provider.warehouse import ledger
 from abm_provider.warehouse.records import locate, parse_header, read_header
+from abm_provider.warehouse.rules_sql import SqlValidated
 from abm_provider.warehouse.schema import (
     EXECUTION_ID_COLUMN,
     LINEAGE_COLUMNS,
@@ -216,8 +217,6 @@ class WarehouseLoader(ABC):
     placeholder: ClassVar[str] = "%s"
     #: Whether a unique index on the natural key is created with the table.
     unique_key_index: ClassVar[bool] = True
-    #: Whether staged rows are checked in SQL (``valid_sql``) rather than while staging.
-    validates_in_sql: ClassVar[bool] = True
     #: Whether a table that does not exist yet is first tried in one pass (``load_direct``).
     direct_new_table: ClassVar[bool] = False
     #: Readers of a streamed file the bulk path takes; 0: it reads the file once downloaded.
@@ -272,10 +271,6 @@ class WarehouseLoader(ABC):
 
     #: Column (or pseudo-column) of the stage that increases with the record number.
     order_column: str = "_rec"
-
-    def valid_sql(self, column: str, kind: Kind) -> str:
-        """SQL that is true when ``column`` (text, not NULL) satisfies the kind's rule."""
-        raise NotImplementedError(f"{self.method} validates in Python, not SQL")
 
     def typed(self, column: str, kind: Kind) -> str:
         """SQL turning a staged (text) column into the table's type."""
@@ -340,7 +335,8 @@ class WarehouseLoader(ABC):
             plan = plan_columns(request, header, existing)
 
         t0 = time.monotonic()
-        reason_sql = self.reason_sql(plan, request.key_columns) if self.validates_in_sql else ""
+        # Rows are checked in SQL where the loader can (``SqlValidated``), else while they are staged.
+        reason_sql = self.reason_sql(plan, request.key_columns) if isinstance(self, SqlValidated) else ""
         structural = self.stage(cur, request, plan, reason_sql)
         self.settle(request)
         seconds = max(time.monotonic() - t0, 1e-6)
@@ -551,23 +547,6 @@ class WarehouseLoader(ABC):
             row[1],
         )
         return True
-
-    def reason_sql(self, plan: ColumnPlan, keys: Sequence[str]) -> str:
-        """A CASE that names the first broken rule of a staged row, or is NULL for a sound row."""
-        # A quoted empty field ("") is staged as '' by the bulk readers but as NULL by the Python
-        # fallbacks and the generic path; an empty key is missing on every path alike.
-        whens = [
-            f"WHEN {quote(k)} IS NULL OR {quote(k)} = '' THEN 'missing value in key column {k}'" for k in keys
-        ]
-        for name in plan.header:
-            kind = plan.kinds[name]
-            if kind.pattern is None:
-                continue
-            whens.append(
-                f"WHEN {quote(name)} IS NOT NULL AND NOT ({self.valid_sql(quote(name), kind)}) "
-                f"THEN 'column {name}: expected {kind.describe()}, got ' || {quote(name)}"
-            )
-        return f"CASE {' '.join(whens)} END" if whens else "CAST(NULL AS TEXT)"
 
     def _value_rejects(self, cur: Any) -> dict[int, str]:
         cur.execute(f"SELECT {self.order_column}, _reason FROM {STAGE_TABLE} WHERE _reason IS NOT NULL")

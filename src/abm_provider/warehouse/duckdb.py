@@ -46,6 +46,7 @@ from typing import Any, ClassVar
 
 from abm_provider.warehouse.base import STAGE_TABLE, ColumnPlan, LoadRequest, WarehouseLoader
 from abm_provider.warehouse.records import iter_records
+from abm_provider.warehouse.rules_sql import SqlValidated
 from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, Kind, TableName, quote
 
 _REJECTS_TABLE = "_abm_reject_errors"
@@ -63,7 +64,7 @@ def _table_lock(key: tuple[str, str, str]) -> threading.Lock:
         return _TABLE_LOCKS.setdefault(key, threading.Lock())
 
 
-class DuckDBLoader(WarehouseLoader):
+class DuckDBLoader(SqlValidated, WarehouseLoader):
     method = "duckdb_read_csv"
     placeholder = "?"
     # An ART index makes DuckDB bulk inserts slow and memory-hungry; the delete-then-insert under one

@@ -28,7 +28,6 @@ from abm_provider.warehouse.schema import Kind, TableName, convert, quote
 
 class GenericLoader(WarehouseLoader):
     method = "generic_executemany"
-    validates_in_sql = False
     add_column_if_not_exists = False  # SQLite and others lack it; the ledger is migrated once, under a check
 
     def __init__(self, hook: Any, *, chunk_rows: int = 10_000, **kw: Any) -> None:

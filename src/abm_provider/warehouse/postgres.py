@@ -46,6 +46,7 @@ from abm_provider.common.progress import ByteProgress
 from abm_provider.warehouse.base import STAGE_TABLE, ColumnPlan, LoadRequest, StreamReader, WarehouseLoader
 from abm_provider.warehouse.prescan import KeyOrder, vouch_all
 from abm_provider.warehouse.records import iter_records
+from abm_provider.warehouse.rules_sql import SqlValidated
 from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, Kind, TableName, quote
 
 CHUNK = 1024 * 1024
@@ -56,7 +57,7 @@ _PROGRESS_INTERVAL = 30.0  # seconds between COPY progress lines
 WORK_MEM = "256MB"
 
 
-class PostgresLoader(WarehouseLoader):
+class PostgresLoader(SqlValidated, WarehouseLoader):
     method = "postgres_copy"
     placeholder = "%s"
     #: Set by ``stage``: the pre-scan vouched for every staged record, so none has a ``_reason``.
