@@ -475,8 +475,8 @@ def account_list_sync(p: Params) -> Params:
     The engine's plan (read, validate and stage the source, diff in SQL) and send (requests, each batch
     recorded) phases are timed apart.
     """
+    from abm_provider.accounts.sync.engine import ListSync
     from abm_provider.operators.account_lists import AccountListSyncOperator
-    from abm_provider.sync.engine import ListSync
 
     phases = timed_phases(ListSync, {"_plan": "plan_seconds", "_send_run": "send_seconds"})
     op = AccountListSyncOperator(

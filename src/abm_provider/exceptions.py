@@ -146,6 +146,14 @@ FINAL_LOCAL_ERRNOS = frozenset(
 )
 
 
+class SyncAlreadyRunning(AirflowException):
+    """Another sync of the list holds its lock, so this run read, sent and recorded nothing.
+
+    A plain ``AirflowException``, not ``AirflowFailException``: the other sync ends, so a later try
+    succeeds, and the task's ``retries`` apply.
+    """
+
+
 class LocalStorageError(AirflowFailException):
     """A local file (the archive, the state dir, a rejects file) could not be written: the disk is
     full, over quota, read-only or not writable by the task.

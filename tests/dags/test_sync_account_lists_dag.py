@@ -133,7 +133,7 @@ def test_sync_dag_records_only_what_it_sent_when_the_target_changes_mid_run(
     Recording membership by re-reading the target table at the end of the run would mark it as on
     the list although it was never sent, and no later run would ever send it.
     """
-    from abm_provider.sync import engine
+    from abm_provider.accounts.sync import engine
 
     targets = {valid_id(n) for n in range(1, 6)}
     seed(warehouse, [(i, f"Account {i}", ORG) for i in sorted(targets)])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from abm_provider.cron import InvalidScheduleError, validate_schedule
+from abm_provider.exports.schedule import InvalidScheduleError, validate_schedule
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from abm_provider.triggers.exports import (
+from abm_provider.exports.selection import (
     ExecutionSelector,
     parse_timestamp,
     select_execution,

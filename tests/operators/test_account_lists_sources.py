@@ -12,20 +12,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from abm_provider.accounts import (
-    AccountValidator,
+from abm_provider.accounts.sources import (
     CsvSource,
     IterableSource,
     ParquetSource,
-    SourceRow,
     SqlSource,
     TableSource,
     detect_file_format,
     is_table,
-    iter_batches,
-    normalise_column_map,
     open_file_source,
 )
+from abm_provider.accounts.validation import AccountValidator, SourceRow, iter_batches, normalise_column_map
 
 GOOD = "001000000000001"
 

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 import pytest
 import requests
 
-from abm_provider.download import read_manifest
+from abm_provider.exports.archive import read_manifest
 from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
 
 from .badinput_support import (  # noqa: F401 - pg_schemas is a fixture
@@ -343,7 +343,7 @@ def test_crash_point_counts_are_what_the_docs_say() -> None:
 
 def test_only_an_earlier_try_s_temporary_files_are_swept(tmp_path: Path) -> None:
     """The sweep before a download removes ``.<name>.<12 hex>.part`` of that target and nothing else."""
-    from abm_provider.download import remove_stale_temps
+    from abm_provider.exports.archive import remove_stale_temps
 
     names = {
         ".exp[1].csv.0123456789ab.part": False,  # the target's own stale temp: removed

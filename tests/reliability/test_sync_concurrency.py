@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from abm_provider.sync import SyncAlreadyRunning, database
-from abm_provider.sync.engine import ListSync, _Run
+from abm_provider.accounts.sync import SyncAlreadyRunning, database
+from abm_provider.accounts.sync.engine import ListSync, _Run
 from sync.sync_support import (
     COLUMNS,
     Warehouse,

@@ -175,7 +175,7 @@ def test_too_many_invalid_rows_send_and_record_nothing(abm: Any, warehouse: Ware
 def test_an_add_answered_503_after_it_took_effect_converges_on_a_rerun(
     abm: Any, warehouse: Warehouse, monkeypatch: Any
 ) -> None:
-    from abm_provider.sync import engine
+    from abm_provider.accounts.sync import engine
 
     list_id = make_list()
     warehouse.replace_table("targets", COLUMNS, rows_for(range(2500)))
@@ -206,7 +206,7 @@ def test_an_add_answered_503_after_it_took_effect_converges_on_a_rerun(
 def test_an_edit_during_a_run_is_sent_by_the_next_run(
     abm: Any, warehouse: Warehouse, monkeypatch: Any
 ) -> None:
-    from abm_provider.sync import engine
+    from abm_provider.accounts.sync import engine
 
     list_id = make_list()
     warehouse.replace_table("targets", COLUMNS, rows_for(range(10)))

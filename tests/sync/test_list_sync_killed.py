@@ -30,7 +30,7 @@ from reliability.badinput_support import run_until_killed
 # Killed when the fourth answered batch is about to be recorded: three batches are recorded, the
 # fourth (and the one in flight beside it) reached the list.
 _AFTER_THREE_BATCHES = """
-    from abm_provider.sync import engine
+    from abm_provider.accounts.sync import engine
     original = engine.ListSync._record_added
     calls = []
     def record(self, *args):

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from abm_provider.accounts import MAX_BATCH_SIZE as MAX_ACCOUNTS_PER_REQUEST
-from abm_provider.accounts import check_batch_size
 from abm_provider.hooks._pipeline import Call, api_path
 from abm_provider.hooks._urls import path_segment
 
@@ -16,6 +14,18 @@ __all__ = ["MAX_ACCOUNTS_PER_REQUEST", "check_batch_size"]
 FOLDERS_PATH = api_path("accountLists", "v2", "folders")
 LISTS_PATH = api_path("accountLists", "v2", "accountLists")
 EXPORT_JOBS_PATH = api_path("exports", "v1", "exportJobs")
+
+#: The API refuses more than this many accounts in one add or remove request.
+MAX_ACCOUNTS_PER_REQUEST = 1000
+
+
+def check_batch_size(batch_size: object) -> int:
+    """Return ``batch_size`` if it is a whole number the API accepts (1 to 1000), else raise."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        raise ValueError(f"batch_size must be a whole number, got {batch_size!r}")
+    if not 1 <= batch_size <= MAX_ACCOUNTS_PER_REQUEST:
+        raise ValueError(f"batch_size must be between 1 and {MAX_ACCOUNTS_PER_REQUEST}, got {batch_size}")
+    return batch_size
 
 
 def folders_call(page_size: int = 100) -> Call:

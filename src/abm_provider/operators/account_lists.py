@@ -15,24 +15,26 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from airflow.sdk import ObjectStoragePath
 
-from abm_provider.accounts import (
+from abm_provider.accounts.sources import (
+    AccountSource,
+    IterableSource,
+    SqlSource,
+    TableSource,
+    detect_file_format,
+    is_table,
+    open_file_source,
+)
+from abm_provider.accounts.validation import (
     API_FIELDS,
     KNOWN_CRM_TYPES,
     MAX_BATCH_SIZE,
     REMOVE_FIELDS,
-    AccountSource,
     AccountValidator,
     InvalidRow,
-    IterableSource,
     SourceRow,
-    SqlSource,
-    TableSource,
     check_batch_size,
-    detect_file_format,
-    is_table,
     iter_batches,
     normalise_column_map,
-    open_file_source,
 )
 from abm_provider.common.collector import fewer_collections
 from abm_provider.common.concurrency import PerThread, check_in_flight, in_order

@@ -2,13 +2,13 @@
 
 The service allows one job per type per account and answers a second create with 409, so
 :class:`CreateExportJobOperator` treats "already exists" as success by default, which makes it safe at
-the head of a daily DAG. Its schedule is checked locally first (:mod:`abm_provider.cron`) so a cron
-the service would refuse fails with the rule it breaks, before any request.
+the head of a daily DAG. Its schedule is checked locally first (:mod:`abm_provider.exports.schedule`)
+so a cron the service would refuse fails with the rule it breaks, before any request.
 
 :class:`DownloadExecutionCsvOperator` streams the execution's file through the hook (which resumes
 dropped connections and never sends the API key to the storage origin) into a temporary name beside
 the destination, checks it against ``Content-Length``/``ETag``, and publishes it with one rename, so a
-reader never sees a partial file; :mod:`abm_provider.download` holds those pieces.
+reader never sees a partial file; :mod:`abm_provider.exports.archive` holds those pieces.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from airflow.sdk import ObjectStoragePath
 
 from abm_provider.compat import AirflowFailException
-from abm_provider.cron import InvalidScheduleError, validate_schedule
-from abm_provider.fetch import DownloadIfExists, ExecutionDownload, execution_inputs
+from abm_provider.exports.download import DownloadIfExists, ExecutionDownload, execution_inputs
+from abm_provider.exports.schedule import InvalidScheduleError, validate_schedule
 from abm_provider.hooks._urls import check_url
 from abm_provider.operators._base import AbmBaseOperator, fail_if_final, is_deferred
 from abm_provider.operators.account_lists import _check_id, _fail_on_bad_argument

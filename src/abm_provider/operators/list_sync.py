@@ -1,6 +1,6 @@
 """``AccountListSyncOperator``: keep an account list in step with a table, a query or a file.
 
-The operator orchestrates; the engine (:mod:`abm_provider.sync`) owns the state tables and the diff.
+The operator orchestrates; the engine (:mod:`abm_provider.accounts.sync`) owns the state tables and the diff.
 Importable from :mod:`abm_provider.operators.account_lists` with the other list operators.
 """
 
@@ -10,16 +10,16 @@ from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from abm_provider.accounts import (
+from abm_provider.accounts.sources import AccountSource, SqlSource, detect_file_format, open_file_source
+from abm_provider.accounts.sync.engine import MODES, ListSync, Mode, SyncOptions
+from abm_provider.accounts.sync.lock import check_lock_timeout, open_state
+from abm_provider.accounts.sync.state import DEFAULT_PREFIX, StateTables
+from abm_provider.accounts.validation import (
     KNOWN_CRM_TYPES,
     MAX_BATCH_SIZE,
-    AccountSource,
     AccountValidator,
-    SqlSource,
     check_batch_size,
-    detect_file_format,
     normalise_column_map,
-    open_file_source,
 )
 from abm_provider.assets import warehouse_asset
 from abm_provider.common.lineage import table_dataset
@@ -33,9 +33,6 @@ from abm_provider.operators._base import (
     AbmBaseOperator,
     is_deferred,
 )
-from abm_provider.sync.engine import MODES, ListSync, Mode, SyncOptions
-from abm_provider.sync.lock import check_lock_timeout, open_state
-from abm_provider.sync.state import DEFAULT_PREFIX, StateTables
 from abm_provider.warehouse.schema import TableName
 
 if TYPE_CHECKING:
@@ -72,7 +69,7 @@ class AccountListSyncOperator(AbmBaseOperator):
     run). A run plans, sends, then records, keyed by the list and the Airflow run id: a retry or a
     re-run after a crash resumes after the last recorded batch and converges on the same membership;
     a refused row (invalid, or not found by the service) is not sent again until one of its values
-    changes. See :mod:`abm_provider.sync.engine`.
+    changes. See :mod:`abm_provider.accounts.sync.engine`.
 
     One sync of a list runs at a time: the run takes a lock per list in the state database before it
     reads anything (a session advisory lock on PostgreSQL; the file itself between processes on

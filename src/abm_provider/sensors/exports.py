@@ -1,7 +1,7 @@
 """Waiting for an export execution to complete, in poke, reschedule or deferrable mode.
 
 The service has no callbacks: a client learns that an execution finished by listing executions. The
-sensor lists them newest first and lets :class:`~abm_provider.triggers.exports.ExecutionSelector`
+sensor lists them newest first and lets :class:`~abm_provider.exports.selection.ExecutionSelector`
 decide, the same code the trigger runs, so the three modes cannot disagree. A FAILED execution ends
 the wait at once (a sensor that keeps waiting on a failure, or reads it as success, is a bug the
 Bid Manager sensor has); everything that is not success raises.
@@ -23,14 +23,9 @@ from abm_provider.compat import (
     airflow_conf,
 )
 from abm_provider.exceptions import AbmApiError
+from abm_provider.exports.selection import Verdict, is_retryable, parse_timestamp, select_execution
 from abm_provider.operators._base import AbmHookSettings
-from abm_provider.triggers.exports import (
-    ExecutionCompleteTrigger,
-    Verdict,
-    is_retryable,
-    parse_timestamp,
-    select_execution,
-)
+from abm_provider.triggers.exports import ExecutionCompleteTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

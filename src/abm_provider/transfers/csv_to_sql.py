@@ -28,12 +28,12 @@ from abm_provider.common.paths import as_storage_path, is_local, local_path
 from abm_provider.common.rejects import Limit, check_limit, default_rejects_path, task_rejects_location
 from abm_provider.common.sql import sql_hook
 from abm_provider.compat import AirflowFailException
-from abm_provider.download import file_sha256
-from abm_provider.fetch import ExecutionDownload, display, execution_inputs
+from abm_provider.exports.archive import file_sha256
+from abm_provider.exports.download import ExecutionDownload, display, execution_inputs
+from abm_provider.exports.selection import parse_timestamp
+from abm_provider.exports.stream import ExportStream
 from abm_provider.hooks._urls import safe_url
 from abm_provider.operators._base import is_deferred
-from abm_provider.streaming import ExportStream
-from abm_provider.triggers.exports import parse_timestamp
 from abm_provider.warehouse import LoadRequest, Method, SchemaMismatch, loader_for
 from abm_provider.warehouse.ledger import DEFAULT_LEDGER_TABLE
 from abm_provider.warehouse.records import UnreadableFile, read_header

@@ -70,7 +70,7 @@ class SchemaMismatch(ValueError):
 
 
 class StreamReader(Protocol):
-    """One reader of a file that is still arriving (:class:`abm_provider.download.BytePipe`)."""
+    """One reader of a file that is still arriving (:class:`abm_provider.exports.pipe.BytePipe`)."""
 
     def read(self, size: int | None = -1) -> bytes: ...
 
@@ -92,7 +92,7 @@ class Verified(Protocol):
 
 
 class ByteSource(Protocol):
-    """A file that is still downloading (:class:`abm_provider.streaming.ExportStream`)."""
+    """A file that is still downloading (:class:`abm_provider.exports.stream.ExportStream`)."""
 
     def open(self, readers: int) -> Sequence[StreamReader]: ...
 
@@ -433,7 +433,7 @@ class WarehouseLoader(ABC):
 
         Called when the bulk path has read the stream (or gave up on it), before anything else reads
         ``request.path`` and before the commit: a download that broke or failed a check raises
-        :class:`~abm_provider.download.StreamBroken` here and the load rolls back.
+        :class:`~abm_provider.exports.pipe.StreamBroken` here and the load rolls back.
         """
         stream, request.stream = request.stream, None
         if stream is None:

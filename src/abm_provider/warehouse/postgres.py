@@ -7,7 +7,7 @@ one ``UPDATE`` evaluates the shared rules (:mod:`abm_provider.warehouse.schema`)
 few bad rows. While ``COPY`` runs, a thread applies the same rules to the file with Arrow
 (:mod:`abm_provider.warehouse.prescan`); when it vouches for every record the ``UPDATE`` is skipped.
 The file is sent in 1 MiB chunks, never read whole, so memory stays flat. A file still downloading
-(:mod:`abm_provider.streaming`) is sent as its chunks arrive, the pre-scan reading the same bytes
+(:mod:`abm_provider.exports.stream`) is sent as its chunks arrive, the pre-scan reading the same bytes
 from a second pipe.
 
 Into a table that does not exist yet, the file is first copied straight into the new, typed table

@@ -35,13 +35,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from abm_provider.accounts import AccountSource, AccountValidator
+from abm_provider.accounts.sources import AccountSource
+from abm_provider.accounts.sync.database import StateDatabase
+from abm_provider.accounts.sync.lock import check_lock_timeout, hold_list_lock
+from abm_provider.accounts.sync.state import DONE, DRY_RUN, SENDING, StateTables
+from abm_provider.accounts.validation import AccountValidator
 from abm_provider.common.concurrency import PerThread, in_order
 from abm_provider.common.rejects import TooManyRejects, check_limit, check_rejects, describe_reject, raw_json
 from abm_provider.exceptions import AbmApiError
-from abm_provider.sync.database import StateDatabase
-from abm_provider.sync.lock import check_lock_timeout, hold_list_lock
-from abm_provider.sync.state import DONE, DRY_RUN, SENDING, StateTables
 
 if TYPE_CHECKING:
     from abm_provider.hooks.abm import AbmHook

@@ -22,9 +22,9 @@ from airflow.sdk import ObjectStoragePath
 from abm_provider.common.paths import as_storage_path, default_state_dir, is_local, local_path, safe_key
 from abm_provider.common.progress import ByteProgress
 from abm_provider.compat import AirflowException, AirflowFailException
-from abm_provider.download import (
+from abm_provider.exceptions import local_io
+from abm_provider.exports.archive import (
     AtomicFile,
-    CsvToParquet,
     HashingSink,
     check_integrity,
     file_sha256,
@@ -35,7 +35,7 @@ from abm_provider.download import (
     remove_stale_temps,
     write_manifest,
 )
-from abm_provider.exceptions import local_io
+from abm_provider.exports.parquet import CsvToParquet
 from abm_provider.hooks._urls import UnsafeUrlError, check_url, safe_url
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """One sync of a list at a time: the lock's setting, the wait, and what a refused run is told.
 
 The database side of the lock (a PostgreSQL advisory lock, the DuckDB file, an in-process lock) is
-:class:`~abm_provider.sync.database.StateDatabase`'s; this module decides how long a run waits for it
+:class:`~abm_provider.accounts.sync.database.StateDatabase`'s; this module decides how long a run waits for it
 (``lock_timeout``) and turns a lock held by another sync into :class:`SyncAlreadyRunning`, naming
 the run that holds it.
 """
@@ -12,19 +12,11 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-from abm_provider.compat import AirflowException
-from abm_provider.sync.database import LockHolder, StateDatabase, StateFileLocked, wait_for
+from abm_provider.accounts.sync.database import LockHolder, StateDatabase, StateFileLocked, wait_for
+from abm_provider.exceptions import SyncAlreadyRunning
 
 if TYPE_CHECKING:
     from airflow.providers.common.sql.hooks.sql import DbApiHook
-
-
-class SyncAlreadyRunning(AirflowException):
-    """Another sync of the list holds its lock, so this run read, sent and recorded nothing.
-
-    A plain ``AirflowException``, not ``AirflowFailException``: the other sync ends, so a later try
-    succeeds, and the task's ``retries`` apply.
-    """
 
 
 def check_lock_timeout(value: object, name: str = "lock_timeout") -> float:

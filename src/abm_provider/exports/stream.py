@@ -1,13 +1,13 @@
 """An export's bytes handed to the warehouse as they arrive, while the archive file is written and checked.
 
-:class:`ExportStream` runs one download (:meth:`abm_provider.fetch.ExecutionDownload.run`) on a
+:class:`ExportStream` runs one download (:meth:`abm_provider.exports.download.ExecutionDownload.run`) on a
 thread of its own. Every chunk goes to the archive's temporary file and to one bounded
-:class:`~abm_provider.download.BytePipe` per reader the loader asked for (PostgreSQL: ``COPY`` and the
+:class:`~abm_provider.exports.pipe.BytePipe` per reader the loader asked for (PostgreSQL: ``COPY`` and the
 Arrow pre-scan; DuckDB: its reader), so memory stays at a few chunks whatever the file size and a slow
 warehouse slows the download rather than filling memory. The readers see the end of the stream once
 the last byte has arrived; :meth:`ExportStream.settle` then waits for the checks (length, ETag, hash)
 and the archive's publication, and either returns what the ledger records or raises
-:class:`~abm_provider.download.StreamBroken`. The loader commits only after ``settle`` returned, so a
+:class:`~abm_provider.exports.pipe.StreamBroken`. The loader commits only after ``settle`` returned, so a
 download that breaks, or fails a check after its last byte, leaves the table as it was.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from abm_provider.download import BytePipe, StreamBroken
+from abm_provider.exports.pipe import BytePipe, StreamBroken
 
 #: Chunks each pipe holds before the download waits for its reader.
 PIPE_CHUNKS = 4
