@@ -1,4 +1,6 @@
-"""Shared test set-up: an isolated Airflow home and one emulator process per session."""
+"""Shared test set-up: an isolated Airflow home, one emulator process per session, and the emulator as
+``abm_default`` with a task context for operators called with ``execute()`` (a folder may override them).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from smoke.smoke_support import isolate_airflow, migrate_metadata_db
+from support.tasks import task_context, use_emulator
 
 if TYPE_CHECKING:
     from abm_emulator.testing import RunningEmulator
@@ -33,6 +36,18 @@ def emulator(emulator_process: RunningEmulator) -> RunningEmulator:
     """The session's emulator, reset to an empty state with no faults before the test."""
     emulator_process.reset()
     return emulator_process
+
+
+@pytest.fixture
+def abm(emulator: RunningEmulator, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> RunningEmulator:
+    """The (reset) emulator reachable as ``abm_default``, with task outputs under the test's tmp dir."""
+    return use_emulator(emulator, monkeypatch, tmp_path / "state")
+
+
+@pytest.fixture
+def context() -> dict[str, Any]:
+    """The slice of a task context the operators read when called with ``execute()``."""
+    return task_context("abm_test", "manual__test")
 
 
 @pytest.fixture(scope="session")

@@ -40,8 +40,8 @@ CLASSES = [
     DownloadExecutionCsvOperator,
     ExecutionCsvToSqlOperator,
 ]
-#: Arguments kept under another attribute name (``BaseOperator.dry_run`` is a method).
-ATTRIBUTE = {"dry_run": "preview"}
+#: Arguments kept under another attribute name (none today; the table names the attribute).
+ATTRIBUTE: dict[str, str] = {}
 _ROW = re.compile(r"^\| `(?P<name>\w+)` \|[^|]*\| (?P<templated>[^|]*) \|")
 
 

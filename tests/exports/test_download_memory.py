@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +9,9 @@ import pytest
 from export_helpers import EXPORT_TYPE
 
 from abm_provider.operators.exports import CreateExportJobOperator
+from support.processes import operator_peak
 
 MiB = 1 << 20
-CHILD = Path(__file__).parents[1] / "operator_child.py"
 
 
 def _peak_mib(abm: Any, size: int, tmp_path: Path, fmt: str = "csv") -> tuple[float, dict[str, Any]]:
@@ -22,27 +19,10 @@ def _peak_mib(abm: Any, size: int, tmp_path: Path, fmt: str = "csv") -> tuple[fl
 
     fired = abm.fire(EXPORT_TYPE, outcome="COMPLETE", sizeBytes=size)
     execution = next(e for e in AbmHook("abm_default").iter_executions(EXPORT_TYPE) if e["id"] == fired["id"])
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(CHILD),
-            "abm_provider.operators.exports:DownloadExecutionCsvOperator",
-            json.dumps(
-                {
-                    "execution": execution,
-                    "base": str(tmp_path / f"{size}-{fmt}"),
-                    "to_parquet": fmt == "parquet",
-                }
-            ),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    return operator_peak(
+        "abm_provider.operators.exports:DownloadExecutionCsvOperator",
+        {"execution": execution, "base": str(tmp_path / f"{size}-{fmt}"), "to_parquet": fmt == "parquet"},
     )
-    assert out.returncode == 0, out.stderr[-3000:]
-    report = json.loads(out.stdout.strip().splitlines()[-1])
-    return report["peak_kib"] / 1024, report["result"]
 
 
 @pytest.mark.slow

@@ -172,14 +172,14 @@ def test_add_accounts_batches_counts_and_keeps_not_found(abm: Any, hook: AbmHook
     assert result.sent == 2345 and result.batches == 3
     assert result.not_found_count == len(unknown) == 47
     assert {a["id"] for a in result.not_found} == unknown
-    assert result.added == 2345 - 47 and result.duplicates == 0
+    assert result.applied == 2345 - 47 and result.duplicates == 0
     assert len(_member_ids(abm, list_id)) == 2298
     assert sum(len(b.successful) for b in batches) == 2298
     posts = seen(abm, method="POST", path=f"{LISTS}/{list_id}/accounts/add")
     assert len(posts) == 3
 
     again = hook.add_accounts(list_id, [_account(i) for i in range(10, 20)], keep_not_found=False)
-    assert (again.added, again.duplicates, again.not_found) == (0, 10, [])
+    assert (again.applied, again.duplicates, again.not_found) == (0, 10, [])
 
 
 def test_keep_not_found_false_counts_without_keeping(hook: AbmHook) -> None:
@@ -194,7 +194,7 @@ def test_remove_accounts_counts_removed_and_not_on_list(abm: Any, hook: AbmHook)
     to_remove = [_account(i) for i in range(1100, 1250)]  # 100 on the list, 50 never added
     result = hook.remove_accounts(list_id, to_remove, batch_size=60)
     assert result.batches == 3 and result.sent == 150
-    assert result.added == 100
+    assert result.applied == 100
     assert result.not_found_count == 50
     assert {a["id"] for a in result.not_found} == {_account(i)["id"] for i in range(1200, 1250)}
     assert _member_ids(abm, list_id) == {_account(i)["id"] for i in range(1100)}

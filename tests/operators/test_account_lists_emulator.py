@@ -37,14 +37,6 @@ INVALID_KINDS = (
 )
 
 
-@pytest.fixture
-def abm(emulator: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The emulator, reachable through the default connection id as a DAG would configure it."""
-    conn = {"conn_type": "abm", "host": emulator.base_url, "password": emulator.api_key}
-    monkeypatch.setenv("AIRFLOW_CONN_ABM_DEFAULT", json.dumps(conn))
-    return emulator
-
-
 def _context(tmp_path: Path, task_id: str = "task", try_number: int = 1) -> dict[str, Any]:
     ti = SimpleNamespace(
         dag_id="abm_test", task_id=task_id, run_id="manual__test", try_number=try_number, map_index=-1

@@ -1,14 +1,11 @@
 """Peak memory of adding accounts does not grow with the source: rows stream in batches of 1000.
 
-Each size runs in its own process (see tests/operator_child.py) so only the operator's own memory is
-measured, against the emulator, from a CSV and a Parquet file.
+Each size runs in its own process (``support.processes.operator_peak``) so only the operator's own
+memory is measured, against the emulator, from a CSV and a Parquet file.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from abm_provider.operators.account_lists import CreateAccountListFolderOperator, CreateAccountListOperator
-
-CHILD = Path(__file__).parents[1] / "operator_child.py"
-
-
-@pytest.fixture
-def abm(emulator: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    conn = {"conn_type": "abm", "host": emulator.base_url, "password": emulator.api_key}
-    monkeypatch.setenv("AIRFLOW_CONN_ABM_DEFAULT", json.dumps(conn))
-    return emulator
+from support.processes import operator_peak
 
 
 def _write(path: Path, rows: int) -> Path:
@@ -50,28 +39,15 @@ def _run(abm: Any, rows: int, suffix: str, tmp_path: Path) -> tuple[float, dict[
         task_id="l", list_name=f"{rows}{suffix}", folder_id=folder["folderId"]
     ).execute(ctx)
     source = _write(tmp_path / f"accounts-{rows}{suffix}", rows)
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(CHILD),
-            "abm_provider.operators.account_lists:AddAccountsToListOperator",
-            json.dumps(
-                {
-                    "list_id": lst["listId"],
-                    "accounts_path": str(source),
-                    "default_crm_org_id": "00D000000000001",
-                    "rejects_base": str(tmp_path / "rejects"),
-                }
-            ),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    return operator_peak(
+        "abm_provider.operators.account_lists:AddAccountsToListOperator",
+        {
+            "list_id": lst["listId"],
+            "accounts_path": str(source),
+            "default_crm_org_id": "00D000000000001",
+            "rejects_base": str(tmp_path / "rejects"),
+        },
     )
-    assert out.returncode == 0, out.stderr[-3000:]
-    report = json.loads(out.stdout.strip().splitlines()[-1])
-    return report["peak_kib"] / 1024, report["result"]
 
 
 @pytest.mark.slow

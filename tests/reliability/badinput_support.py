@@ -1,169 +1,59 @@
-"""Helpers for the crash-safety and bad-input tests: export CSVs, warehouse targets, a killable child.
+"""Helpers for the crash-safety and bad-input tests: warehouse targets in a database of their own, a
+storage origin on 127.0.0.1.
 
-Kept apart from ``tests/transfers/loadtest_support.py`` on purpose: that module is importable only
-when its folder is collected, and these tests must run on their own (``pytest tests/reliability``).
-The expectations here are computed independently of the loader (plain ``csv`` and ``decimal``), so a
-test that compares the loader's table with them can fail.
+The export files and the expectations are ``support.export_files``'s, computed independently of the
+loader (plain ``csv`` and ``decimal``), so a test that compares the loader's table with them can fail;
+a task killed for real is ``support.processes.run_until_killed`` (re-exported here for the tests that
+import it from this module).
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
-import datetime as dt
 import hashlib
 import http.server
 import json
-import os
-import random
-import signal
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import closing
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-TACTIC_COLUMNS = [
-    "date",
-    "campaign_id",
-    "campaign_name",
-    "tactic_id",
-    "tactic_name",
-    "impressions",
-    "clicks",
-    "spend",
+from support.export_files import TACTIC_COLUMNS, normalise
+from support.postgres import conn_env, dsn, unusable
+from support.processes import run_until_killed
+from support.warehouses import Warehouse
+
+__all__ = [
+    "PG_DSN",
+    "StorageHandler",
+    "Target",
+    "duckdb_target",
+    "pg_schemas",
+    "postgres_target",
+    "run_until_killed",
+    "serve",
 ]
-TACTIC_KEY = ("date", "tactic_id")
-COUNT_COLUMNS = frozenset({"impressions", "clicks", "page_views", "engaged_visitors"})
-NAMES = ['Spring, "Launch"', "Café Münster", "two\nlines", "plain", "日本語"]
 
 #: The crash tests' own PostgreSQL database, so they never touch another suite's tables.
 PG_DATABASE = "abm_crash"
-PG_ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
-PG_DSN = f"host=127.0.0.1 port=5432 user=postgres dbname={PG_DATABASE} connect_timeout=3"
-
-
-# --- export files ---------------------------------------------------------------------------------
-
-
-def tactic_rows(first_day: dt.date, days: int, tactics: int, *, version: int) -> list[dict[str, str]]:
-    """TACTIC_PERFORMANCE rows; another ``version`` restates every figure, as a later export does."""
-    rows = []
-    for offset in range(days):
-        day = first_day + dt.timedelta(days=offset)
-        for t in range(tactics):
-            rng = random.Random(f"{version}/{day}/{t}")
-            impressions = rng.randint(0, 100_000)
-            rows.append(
-                {
-                    "date": day.isoformat(),
-                    "campaign_id": f"c{t % 3}",
-                    "campaign_name": NAMES[t % len(NAMES)],
-                    "tactic_id": f"t{t}",
-                    "tactic_name": f"{NAMES[(t + 2) % len(NAMES)]} #{t}",
-                    "impressions": str(impressions),
-                    "clicks": str(rng.randint(0, max(impressions // 10, 1))),
-                    "spend": f"{rng.randint(0, 10_000_000) / 100:.2f}",
-                }
-            )
-    return rows
-
-
-def csv_line(row: Mapping[str, str], columns: Sequence[str] = TACTIC_COLUMNS, end: str = "\n") -> bytes:
-    """One RFC 4180 record as bytes, ending in ``end``."""
-    return csv_bytes([[row[c] for c in columns]], end)
-
-
-def csv_bytes(records: Iterable[Sequence[str]], end: str = "\n") -> bytes:
-    lines: list[str] = []
-
-    class _Sink:
-        def write(self, text: str) -> None:
-            lines.append(text)
-
-    writer = csv.writer(_Sink(), lineterminator=end)
-    for record in records:
-        writer.writerow(record)
-    return "".join(lines).encode("utf-8")
-
-
-def write_export(path: Path, rows: Iterable[Mapping[str, str]], *, extra: bytes = b"") -> Path:
-    """Header, the rows, then ``extra`` raw bytes (bad records a test appends on purpose)."""
-    data = csv_bytes([TACTIC_COLUMNS]) + b"".join(csv_line(r) for r in rows) + extra
-    path.write_bytes(data)
-    return path
-
-
-def source_xcom(path: Path, execution_id: str, export_type: str = "TACTIC_PERFORMANCE") -> dict[str, Any]:
-    """What the download operator hands the loader: path, size, checksum, execution id and type."""
-    data = path.read_bytes()
-    return {
-        "path": str(path),
-        "bytes": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "execution_id": execution_id,
-        "export_type": export_type,
-    }
-
-
-def normalise(column: str, value: Any) -> Any:
-    """One comparable form for a CSV value and whatever a database returns for it."""
-    if value is None or value == "":
-        return None
-    if column == "date":
-        return value.isoformat() if isinstance(value, dt.date) else str(value)
-    if column == "spend":
-        return Decimal(str(value)).quantize(Decimal("0.01"))
-    if column in COUNT_COLUMNS:
-        return int(value)
-    return str(value)
-
-
-def expected_table(*loads: Iterable[Mapping[str, str]]) -> dict[tuple[str, ...], tuple[Any, ...]]:
-    """One row per natural key; a later load's figures replace an earlier one's."""
-    table: dict[tuple[str, ...], tuple[Any, ...]] = {}
-    for rows in loads:
-        for row in rows:
-            table[tuple(row[k] for k in TACTIC_KEY)] = tuple(normalise(c, row[c]) for c in TACTIC_COLUMNS)
-    return table
+PG_DSN = dsn(PG_DATABASE)
 
 
 # --- warehouse targets ----------------------------------------------------------------------------
 
 
-def postgres_reason() -> str | None:
-    """``None`` when the crash database can be used (it is created when missing), else why not."""
-    try:
-        import psycopg
+class Target(Warehouse):
+    """A table in one warehouse, reached by the operators through an Airflow connection id set in the
+    environment, and read back here with the database's own driver (never through the hooks)."""
 
-        with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as conn:
-            found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [PG_DATABASE]).fetchone()
-            if found is None:
-                conn.execute(f'CREATE DATABASE "{PG_DATABASE}"')
-        with psycopg.connect(PG_DSN):
-            return None
-    except Exception as exc:
-        return f"PostgreSQL at 127.0.0.1:5432 (database {PG_DATABASE}, user postgres) is unusable: {exc}"
-
-
-class Target:
-    """A table in one warehouse reached through an Airflow connection id set in the environment."""
-
-    def __init__(self, kind: str, conn_id: str, table: str, env: dict[str, str]) -> None:
-        self.kind = kind
-        self.conn_id = conn_id
-        self.table = table
-        self.env = env
-        schema, _, _ = table.rpartition(".")
-        self.ledger = f"{schema}.abm_load_ledger" if schema else "abm_load_ledger"
+    def __init__(self, kind: str, conn_id: str, table: str, duckdb_path: Path | None = None) -> None:
+        super().__init__(kind, conn_id, table)
+        self.duckdb_path = duckdb_path
 
     def operator_kwargs(self, **extra: Any) -> dict[str, Any]:
         return {"sql_conn_id": self.conn_id, "table": self.table, **extra}
@@ -172,7 +62,7 @@ class Target:
         if self.kind == "duckdb":
             import duckdb
 
-            return duckdb.connect(json.loads(self.env[_env_name(self.conn_id)])["host"])
+            return duckdb.connect(str(self.duckdb_path))
         import psycopg
 
         return psycopg.connect(PG_DSN)
@@ -203,6 +93,7 @@ class Target:
         return sorted(out, key=repr)
 
     def ledger_rows(self) -> list[tuple[Any, ...]]:
+        """The ledger's rows (table, execution, digest and counts), oldest first; none without a ledger."""
         if not self.exists(self.ledger):
             return []
         return self.query(
@@ -216,15 +107,14 @@ def _env_name(conn_id: str) -> str:
 
 
 def duckdb_target(path: Path, monkeypatch: pytest.MonkeyPatch, name: str = "crash_duckdb") -> Target:
-    value = json.dumps({"conn_type": "duckdb", "host": str(path)})
-    monkeypatch.setenv(_env_name(name), value)
-    return Target("duckdb", name, "tactic_perf", {_env_name(name): value})
+    monkeypatch.setenv(_env_name(name), json.dumps({"conn_type": "duckdb", "host": str(path)}))
+    return Target("duckdb", name, "tactic_perf", duckdb_path=path)
 
 
 @pytest.fixture
 def pg_schemas() -> Iterator[Any]:
     """A factory of fresh schemas in the crash database, all dropped after the test."""
-    reason = postgres_reason()
+    reason = unusable(PG_DATABASE, create=True)
     if reason:
         pytest.skip(reason)
     import psycopg
@@ -245,68 +135,8 @@ def pg_schemas() -> Iterator[Any]:
 
 
 def postgres_target(schema: str, monkeypatch: pytest.MonkeyPatch, name: str = "crash_pg") -> Target:
-    value = json.dumps(
-        {
-            "conn_type": "postgres",
-            "host": "127.0.0.1",
-            "port": 5432,
-            "login": "postgres",
-            "schema": PG_DATABASE,
-        }
-    )
-    monkeypatch.setenv(_env_name(name), value)
-    return Target("postgres", name, f"{schema}.tactic_perf", {_env_name(name): value})
-
-
-# --- a task process killed for real ---------------------------------------------------------------
-
-_CHILD = """
-import json, sys, time
-from pathlib import Path
-marker = Path(sys.argv[1])
-def wait_to_be_killed():
-    marker.write_text("ready")
-    time.sleep(600)
-{patch}
-{body}
-marker.write_text("finished")
-"""
-
-
-def run_until_killed(tmp_path: Path, patch: str, body: str, args: Mapping[str, Any]) -> None:
-    """Run ``body`` in a fresh interpreter with ``patch`` applied and SIGKILL it at the patched point.
-
-    The patch calls ``wait_to_be_killed()`` where the crash should land; the child then announces
-    itself in a marker file and sleeps, and is killed with no chance to clean up (no ``finally``, no
-    rollback, no atexit). ``body`` sees the JSON ``args`` as ``kwargs``.
-    """
-    marker = tmp_path / f"marker-{uuid.uuid4().hex[:8]}"
-    script = _CHILD.format(
-        patch=textwrap.dedent(patch), body="kwargs = json.loads(sys.argv[2])\n" + textwrap.dedent(body)
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script, str(marker), json.dumps(dict(args))],
-        env=dict(os.environ),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while not marker.exists() or marker.read_text() == "":
-            if proc.poll() is not None:
-                stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-                pytest.fail(f"the task exited before the crash point: {stderr[-3000:]}")
-            assert time.monotonic() < deadline, "the task never reached the crash point"
-            time.sleep(0.02)
-        assert marker.read_text() == "ready", "the task finished instead of stopping at the crash point"
-        proc.send_signal(signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+    monkeypatch.setenv(_env_name(name), conn_env(PG_DATABASE))
+    return Target("postgres", name, f"{schema}.tactic_perf")
 
 
 # --- a storage origin on 127.0.0.1 ------------------------------------------------------------------

@@ -23,10 +23,10 @@ import psycopg
 
 def count_blocked_readers() -> list[Any]:
     """Patch :class:`BytePipe` so each pipe counts the reads waiting on its queue; the pipes made."""
-    from abm_provider import download
+    from abm_provider.exports import pipe
 
     made: list[Any] = []
-    original = download.BytePipe.__init__
+    original = pipe.BytePipe.__init__
 
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
@@ -43,7 +43,7 @@ def count_blocked_readers() -> list[Any]:
         self._queue.get = get
         made.append(self)
 
-    download.BytePipe.__init__ = init  # type: ignore[method-assign]
+    pipe.BytePipe.__init__ = init  # type: ignore[method-assign]
     return made
 
 

@@ -10,14 +10,12 @@ The interleaving is forced with events around the loader's ``lock`` step, never 
 loads stage their file, then the one chosen to go first takes the table's lock and the other waits
 on that same lock until the first commits.
 
-The warehouse fixtures and the export helpers are those of ``tests/transfers`` (imported, so this
-module also runs alone: ``pytest tests/reliability/test_concurrent_loads.py``).
+The warehouse fixtures and the export helpers are the shared ones of ``tests/support``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -25,16 +23,12 @@ from typing import Any
 
 import pytest
 
-_TRANSFERS = Path(__file__).resolve().parents[1] / "transfers"
-if str(_TRANSFERS) not in sys.path:
-    sys.path.insert(0, str(_TRANSFERS))
+from abm_provider.warehouse.duckdb import DuckDBLoader
+from abm_provider.warehouse.postgres import PostgresLoader
+from support.export_files import TACTIC_COLUMNS, days, download_xcom, expected, tactic_rows, write_csv
 
 # The fixtures this module uses (``native_warehouse`` asks for ``pg_schema`` by name).
-from load_warehouses import native_warehouse, pg_schema, warehouse  # noqa: E402
-from loadtest_support import TACTIC_COLUMNS, days, download_xcom, expected, tactic_rows, write_csv  # noqa: E402
-
-from abm_provider.warehouse.duckdb import DuckDBLoader  # noqa: E402
-from abm_provider.warehouse.postgres import PostgresLoader  # noqa: E402
+from support.warehouses import native_warehouse, pg_schema, warehouse
 
 __all__ = ["native_warehouse", "pg_schema", "warehouse"]
 

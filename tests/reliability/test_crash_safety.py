@@ -32,19 +32,10 @@ import requests
 
 from abm_provider.exports.archive import read_manifest
 from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
+from support.export_files import csv_bytes, days, download_xcom, expected, tactic_rows, write_export
+from support.processes import run_until_killed
 
-from .badinput_support import (  # noqa: F401 - pg_schemas is a fixture
-    Target,
-    csv_bytes,
-    duckdb_target,
-    expected_table,
-    pg_schemas,
-    postgres_target,
-    run_until_killed,
-    source_xcom,
-    tactic_rows,
-    write_export,
-)
+from .badinput_support import Target, duckdb_target, postgres_target
 
 EXPORT_TYPE = "TACTIC_PERFORMANCE"
 MiB = 1 << 20
@@ -52,22 +43,22 @@ MiB = 1 << 20
 # --- downloads ------------------------------------------------------------------------------------
 
 _AFTER_1_MIB = """
-    from abm_provider import download
-    original = download.HashingSink.write
+    from abm_provider.exports import archive
+    original = archive.HashingSink.write
     def write(self, data):
         written = original(self, data)
         if self.count >= 1 << 20:
             wait_to_be_killed()
         return written
-    download.HashingSink.write = write
+    archive.HashingSink.write = write
 """
 _BEFORE_RENAME = """
-    from abm_provider import download
-    download.AtomicFile.commit = lambda self: wait_to_be_killed()
+    from abm_provider.exports import archive
+    archive.AtomicFile.commit = lambda self: wait_to_be_killed()
 """
 _BEFORE_MANIFEST = """
-    from abm_provider import fetch
-    fetch.write_manifest = lambda target, data: wait_to_be_killed()
+    from abm_provider.exports import download
+    download.write_manifest = lambda target, data: wait_to_be_killed()
 """
 DOWNLOAD_POINTS = {
     "mid_body_csv": (_AFTER_1_MIB, {}),
@@ -242,9 +233,9 @@ _LOAD_BODY = """
     ExecutionCsvToSqlOperator(task_id="load", **kwargs).execute(context={})
 """
 
-FIRST = tactic_rows(dt.date(2026, 9, 1), 10, 20, version=1)
+FIRST = tactic_rows(days(dt.date(2026, 9, 1), 10), 20, version=1)
 # Restates days 9-10 of the first file and adds 20 more days: the replace has rows to delete.
-SECOND = tactic_rows(dt.date(2026, 9, 9), 22, 20, version=2)
+SECOND = tactic_rows(days(dt.date(2026, 9, 9), 22), 20, version=2)
 BAD_VALUE = csv_bytes([["2026-09-20", "c0", "x", "t99", "x", "12x", "1", "1.00"]])
 MALFORMED = b"2026-09-21,c0,short,t98,row,1,2\n"
 
@@ -253,8 +244,8 @@ def _files(folder: Path, point: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The two executions' files in ``folder``: the second has a bad value (and a malformed record)."""
     folder.mkdir(parents=True, exist_ok=True)
     extra = BAD_VALUE + (MALFORMED if point == "mid_stage" else b"")
-    first = source_xcom(write_export(folder / "n.csv", FIRST), "exec-1")
-    second = source_xcom(write_export(folder / "n1.csv", SECOND, extra=extra), "exec-2")
+    first = download_xcom(write_export(folder / "n.csv", FIRST), "exec-1")
+    second = download_xcom(write_export(folder / "n1.csv", SECOND, extra=extra), "exec-2")
     return first, second
 
 
@@ -296,7 +287,7 @@ def test_a_killed_load_is_invisible_and_the_rerun_equals_an_uninterrupted_run(
     _load(reference, ref_second)
     want_rows, want_ledger = reference.rows(), _ledger(reference)
     want_rejects = (tmp_path / "reference" / "n1.csv.rejects.csv").read_text(encoding="utf-8")
-    assert len(want_rows) == len(expected_table(FIRST, SECOND)) and len(want_ledger) == 2
+    assert len(want_rows) == len(expected("TACTIC_PERFORMANCE", FIRST, SECOND)) and len(want_ledger) == 2
 
     killed = first if point == "first_load_before_commit" else second
     if point != "first_load_before_commit":

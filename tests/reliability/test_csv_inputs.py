@@ -22,21 +22,19 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from abm_provider.common.rejects import read_rejects
 from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
-
-from .badinput_support import (  # noqa: F401 - pg_schemas is a fixture
+from support.export_files import (
     TACTIC_COLUMNS,
-    Target,
     csv_bytes,
     csv_line,
-    duckdb_target,
-    expected_table,
-    pg_schemas,
-    postgres_target,
-    source_xcom,
+    days,
+    download_xcom,
+    expected,
     tactic_rows,
 )
 
-GOOD = tactic_rows(dt.date(2026, 10, 1), 3, 2, version=1)
+from .badinput_support import Target, duckdb_target, postgres_target
+
+GOOD = tactic_rows(days(dt.date(2026, 10, 1), 3), 2, version=1)
 HEADER = csv_bytes([TACTIC_COLUMNS])
 TEN_MB = 10 << 20
 
@@ -211,7 +209,7 @@ def test_each_csv_input_fails_naming_the_fix_or_rejects_the_record_and_loads_the
     path = tmp_path / f"{case.key}.csv"
     path.write_bytes(data)
     operator = ExecutionCsvToSqlOperator(
-        task_id="load", source=source_xcom(path, "e-1"), max_rejected=10, **target.operator_kwargs()
+        task_id="load", source=download_xcom(path, "e-1"), max_rejected=10, **target.operator_kwargs()
     )
 
     if case.error is not None:
@@ -228,7 +226,7 @@ def test_each_csv_input_fails_naming_the_fix_or_rejects_the_record_and_loads_the
     rows = target.rows()
     got = {(r[0], r[3]): r[:-1] for r in rows}
     assert len(got) == len(rows), "duplicate natural keys in the table"
-    assert got == expected_table(loaded), "a good record was lost or changed"
+    assert got == expected("TACTIC_PERFORMANCE", loaded), "a good record was lost or changed"
     rejected = {line: reason for line, reason in lines.items() if reason is not None}
     assert (out["rows_loaded"], out["rows_rejected"]) == (len(loaded), len(rejected))
     found = {int(r["line"]): r["reason"] for r in read_rejects(Path(out["rejects_path"]))} if rejected else {}
@@ -272,7 +270,7 @@ def test_a_quote_never_closed_mid_file_keeps_what_it_swallows_in_the_rejects(
     path.write_bytes(head + broken + b"".join(csv_line(r) for r in GOOD[3:]))
 
     out = ExecutionCsvToSqlOperator(
-        task_id="load", source=source_xcom(path, "e-1"), max_rejected=5, **target.operator_kwargs()
+        task_id="load", source=download_xcom(path, "e-1"), max_rejected=5, **target.operator_kwargs()
     ).execute(context={})
 
     table = {(r[0], r[3]): r[:-1] for r in target.rows()}
@@ -280,12 +278,12 @@ def test_a_quote_never_closed_mid_file_keeps_what_it_swallows_in_the_rejects(
     raw = "\n".join(r["raw"] for r in rejects)
     assert int(rejects[0]["line"]) == head.count(b"\n") + 1 and "malformed record" in rejects[0]["reason"]
     assert broken.decode().rstrip("\n") in raw
-    expected = expected_table(GOOD)
+    want = expected("TACTIC_PERFORMANCE", GOOD)
     for good in GOOD:
         key = (good["date"], good["tactic_id"])
         text = csv_line(good).decode().rstrip("\n")
-        assert table.get(key) == expected[key] or text in raw, f"{key} is neither loaded nor rejected"
-    assert all(k in table for k in list(expected)[:3]), "a record before the broken one was lost"
+        assert table.get(key) == want[key] or text in raw, f"{key} is neither loaded nor rejected"
+    assert all(k in table for k in list(want)[:3]), "a record before the broken one was lost"
     assert out["rows_loaded"] + out["rows_rejected"] == len(rejects) + len(table)
 
 

@@ -22,16 +22,9 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from abm_provider.exceptions import LocalStorageError, NotAnExport, UnexpectedBody
+from support.export_files import TACTIC_COLUMNS, csv_bytes, days, tactic_rows
 
-from .badinput_support import (
-    TACTIC_COLUMNS,
-    StorageHandler,
-    csv_bytes,
-    duckdb_target,
-    postgres_target,
-    serve,
-    tactic_rows,
-)
+from .badinput_support import StorageHandler, duckdb_target, postgres_target, serve
 
 SIGNATURE = "sig-0123456789abcdef"
 
@@ -43,8 +36,8 @@ def storage(abm: Any) -> Iterator[type[StorageHandler]]:
         yield handler
 
 
-def _export(days: int = 20, tactics: int = 100) -> bytes:
-    rows = tactic_rows(dt.date(2026, 9, 1), days, tactics, version=1)
+def _export(day_count: int = 20, tactics: int = 100) -> bytes:
+    rows = tactic_rows(days(dt.date(2026, 9, 1), day_count), tactics, version=1)
     return csv_bytes([TACTIC_COLUMNS, *([row[c] for c in TACTIC_COLUMNS] for row in rows)])
 
 
@@ -83,9 +76,9 @@ def target(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any
 
 def _disk_refuses(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
     """Every write of the archive's temporary file fails with ``code``; ENOSPC comes from /dev/full."""
-    from abm_provider import download
+    from abm_provider.exports import archive
 
-    original = download.AtomicFile.open
+    original = archive.AtomicFile.open
 
     def open_(self: Any) -> Any:
         if self._file is None and code == errno.ENOSPC:
@@ -101,7 +94,7 @@ def _disk_refuses(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
             file.write = write  # type: ignore[method-assign]
         return file
 
-    monkeypatch.setattr(download.AtomicFile, "open", open_)
+    monkeypatch.setattr(archive.AtomicFile, "open", open_)
 
 
 @pytest.mark.parametrize(

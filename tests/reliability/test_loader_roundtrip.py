@@ -32,8 +32,9 @@ from hypothesis import strategies as st
 
 from abm_provider.common.rejects import read_rejects
 from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
+from support.export_files import TACTIC_COLUMNS, TACTIC_KEY, download_xcom, normalise
 
-from .badinput_support import TACTIC_COLUMNS, TACTIC_KEY, duckdb_target, normalise, source_xcom
+from .badinput_support import duckdb_target
 
 #: Stands for a Latin-1 byte while a record is built as text; replaced by ``\xe9`` in the bytes.
 LATIN1_MARK = "\ue000"
@@ -177,7 +178,7 @@ def test_every_generated_record_is_loaded_or_rejected_exactly_once_as_predicted(
 
     out = ExecutionCsvToSqlOperator(
         task_id="load",
-        source=source_xcom(path, f"gen-{number}"),
+        source=download_xcom(path, f"gen-{number}"),
         max_rejected=10**6,
         **target.operator_kwargs(),
     ).execute(context={})

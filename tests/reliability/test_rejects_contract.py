@@ -24,8 +24,9 @@ from abm_provider.operators.account_lists import (
     CreateAccountListOperator,
 )
 from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
+from support.export_files import TACTIC_COLUMNS, csv_bytes, csv_line, days, download_xcom, tactic_rows
 
-from .badinput_support import TACTIC_COLUMNS, csv_bytes, csv_line, duckdb_target, source_xcom, tactic_rows
+from .badinput_support import duckdb_target
 
 RECORDS = 10
 BAD = (2, 5, 9)  # record numbers; record 1 spans two lines, so these start on lines 4, 7 and 11
@@ -52,7 +53,7 @@ def accounts_file(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def export_file(tmp_path: Path) -> Path:
-    rows = tactic_rows(dt.date(2026, 10, 1), 5, 2, version=1)
+    rows = tactic_rows(days(dt.date(2026, 10, 1), 5), 2, version=1)
     assert len(rows) == RECORDS
     data = csv_bytes([TACTIC_COLUMNS])
     for number, row in enumerate(rows, start=1):
@@ -84,7 +85,7 @@ def _load(export: Path, rejects: Path, tmp_path: Path, monkeypatch: Any, **kwarg
     target = duckdb_target(tmp_path / "wh.duckdb", monkeypatch)
     op = ExecutionCsvToSqlOperator(
         task_id="load",
-        source=source_xcom(export, "contract"),
+        source=download_xcom(export, "contract"),
         rejects_path=str(rejects),
         force=True,
         **target.operator_kwargs(),

@@ -23,8 +23,9 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from abm_provider.accounts.sync import SyncAlreadyRunning, database
-from abm_provider.accounts.sync.engine import ListSync, _Run
-from sync.sync_support import (
+from abm_provider.accounts.sync.engine import ListSync
+from abm_provider.accounts.sync.sending import PlannedRun as _Run
+from accounts.sync.sync_support import (
     COLUMNS,
     Warehouse,
     account_id,
@@ -76,7 +77,7 @@ class Gate:
         original = ListSync._send_run
 
         def held(sync: ListSync, run: _Run) -> None:
-            if sync.o.run_id == run_id and not self.reached.is_set():
+            if sync.options.run_id == run_id and not self.reached.is_set():
                 self.reached.set()
                 assert self.go.wait(_WAIT), "the test never let the held sync go on"
                 then()

@@ -2,11 +2,11 @@
 
 The generic path runs twice: against PostgreSQL (``method="generic"``) and against SQLite through a
 minimal common-sql ``DbApiHook`` (the SQLite provider is not installed), so it is exercised on a
-driver with a different parameter style and no native types.
+driver with a different parameter style and no native types (see ``support.warehouses``).
 """
 
 from __future__ import annotations
 
-from load_warehouses import native_warehouse, pg_conn, pg_schema, warehouse
+from support.warehouses import native_warehouse, pg_conn, pg_schema, warehouse
 
 __all__ = ["native_warehouse", "pg_conn", "pg_schema", "warehouse"]

@@ -12,17 +12,12 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
-from loadtest_support import TACTIC_COLUMNS, download_xcom, expected, tactic_rows
 
 from abm_provider.common.rejects import read_rejects
+from support.export_files import TACTIC_COLUMNS, csv_record, download_xcom, expected, tactic_rows
 
 ROWS = tactic_rows([dt.date(2026, 10, 1), dt.date(2026, 10, 2)], 3, version=1)
 STRAIGHT = "straight into the new table"
-
-
-def csv_line(row: dict[str, str], **changes: str) -> str:
-    values = [changes.get(c, row[c]) for c in TACTIC_COLUMNS]
-    return ",".join('"' + v.replace('"', '""') + '"' if any(ch in v for ch in ',"\n') else v for v in values)
 
 
 def write(path: Path, lines: list[str]) -> Path:
@@ -33,7 +28,7 @@ def write(path: Path, lines: list[str]) -> Path:
 def test_a_clean_first_load_is_written_once_with_its_lineage(native_warehouse, tmp_path, capsys):
     stale = tmp_path / "clean.csv.rejects.csv"
     stale.write_text("left by an earlier run\n")
-    path = write(tmp_path / "clean.csv", [csv_line(r) for r in ROWS])
+    path = write(tmp_path / "clean.csv", [csv_record(r) for r in ROWS])
 
     out = native_warehouse.operator(source=download_xcom(path, "exec-1")).execute(context={})
 
@@ -50,10 +45,10 @@ def test_a_clean_first_load_is_written_once_with_its_lineage(native_warehouse, t
 
 
 def test_the_lineage_defaults_used_for_the_copy_do_not_stay_on_the_table(tmp_path, monkeypatch, request):
-    from load_warehouses import make_warehouse
+    from support.warehouses import make_warehouse
 
     warehouse = make_warehouse("postgres", tmp_path, monkeypatch, request)
-    path = write(tmp_path / "clean.csv", [csv_line(r) for r in ROWS])
+    path = write(tmp_path / "clean.csv", [csv_record(r) for r in ROWS])
     warehouse.operator(source=download_xcom(path, "it's-1")).execute(context={})  # a quote, for the literal
 
     schema, _, name = warehouse.table.rpartition(".")
@@ -68,13 +63,13 @@ def test_the_lineage_defaults_used_for_the_copy_do_not_stay_on_the_table(tmp_pat
 # Each file holds ROWS plus one record the one-pass load cannot keep; (line, reason start) of its reject.
 FALLBACKS = {
     # The typed read (PostgreSQL COPY, DuckDB TRY_CAST) refuses it, and so do the rules.
-    "bad_integer": (csv_line(ROWS[0], tactic_id="t9", impressions="12x"), "column impressions: expected"),
+    "bad_integer": (csv_record(ROWS[0], tactic_id="t9", impressions="12x"), "column impressions: expected"),
     # PostgreSQL's typed COPY would round it into DECIMAL(18,2); the rules refuse it.
-    "three_decimals": (csv_line(ROWS[0], tactic_id="t9", spend="1.005"), "column spend: expected"),
+    "three_decimals": (csv_record(ROWS[0], tactic_id="t9", spend="1.005"), "column spend: expected"),
     # PostgreSQL's COPY would accept the padded integer; the rules refuse it.
-    "padded_integer": (csv_line(ROWS[0], tactic_id="t9", clicks=" 7"), "column clicks: expected"),
+    "padded_integer": (csv_record(ROWS[0], tactic_id="t9", clicks=" 7"), "column clicks: expected"),
     # Nothing wrong with the values: the key repeats an earlier record, which is then set aside.
-    "repeated_key": (csv_line(ROWS[0], clicks="99"), "duplicate natural key"),
+    "repeated_key": (csv_record(ROWS[0], clicks="99"), "duplicate natural key"),
     # A record neither reader can split.
     "short_record": ("2026-10-02,c1,short,t1,row,1,2", "malformed record"),
 }
@@ -83,7 +78,7 @@ FALLBACKS = {
 @pytest.mark.parametrize("case", list(FALLBACKS))
 def test_a_first_load_that_needs_the_stage_gives_the_staged_outcome(native_warehouse, tmp_path, capsys, case):
     extra, reason = FALLBACKS[case]
-    path = write(tmp_path / f"{case}.csv", [*(csv_line(r) for r in ROWS), extra])
+    path = write(tmp_path / f"{case}.csv", [*(csv_record(r) for r in ROWS), extra])
 
     out = native_warehouse.operator(source=download_xcom(path, "exec-1"), max_rejected=1).execute(context={})
 
@@ -105,9 +100,8 @@ def test_a_first_load_that_needs_the_stage_gives_the_staged_outcome(native_wareh
 
 def test_duckdb_reads_a_file_with_carriage_returns_once_for_its_byte_check(tmp_path, monkeypatch, request):
     """The one-pass attempt steps back at a carriage return; staging reuses that scan, not a second read."""
-    from load_warehouses import make_warehouse
-
     import abm_provider.warehouse.duckdb as duckdb_loader
+    from support.warehouses import make_warehouse
 
     warehouse = make_warehouse("duckdb", tmp_path, monkeypatch, request)
     scans: list[Path] = []
@@ -119,7 +113,7 @@ def test_duckdb_reads_a_file_with_carriage_returns_once_for_its_byte_check(tmp_p
 
     monkeypatch.setattr(duckdb_loader, "_awkward_bytes", counted)
     path = tmp_path / "crlf.csv"
-    lines = [",".join(TACTIC_COLUMNS), *(csv_line(r) for r in ROWS)]
+    lines = [",".join(TACTIC_COLUMNS), *(csv_record(r) for r in ROWS)]
     path.write_bytes(("\r\n".join(lines) + "\r\n").encode())
 
     out = warehouse.operator(source=download_xcom(path, "exec-1")).execute(context={})

@@ -2,23 +2,18 @@
 
 The load runs in a subprocess that is killed for real (no exception handler, no rollback call): the
 warehouse itself must discard the uncommitted transaction. Where the kill lands is made
-deterministic by a patch that, at the chosen point, announces itself in a marker file and waits.
+deterministic by a patch that, at the chosen point, announces itself in a marker file and waits
+(``support.processes.run_until_killed``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
-import os
-import signal
-import subprocess
-import sys
-import textwrap
-import time
-from pathlib import Path
 
 import pytest
-from loadtest_support import TACTIC_COLUMNS, days, download_xcom, expected, tactic_rows, write_csv
+
+from support.export_files import TACTIC_COLUMNS, days, download_xcom, expected, tactic_rows, write_csv
+from support.processes import run_until_killed
 
 KILL_POINTS = {
     # After the DELETE and the INSERT ran inside the transaction, before the ledger row and commit.
@@ -43,50 +38,11 @@ KILL_POINTS = {
     """,
 }
 
-# The marker is written whole and then renamed into place: the test polls for it, and a plain
-# write_text lets the poll see the file after it is created but before its text is written.
-SCRIPT = """
-import json, os, sys, time
-from pathlib import Path
-marker = Path(sys.argv[1])
-def announce(text):
-    partial = marker.with_name(marker.name + ".partial")
-    partial.write_text(text)
-    os.replace(partial, marker)
-def wait_to_be_killed():
-    announce("ready")
-    time.sleep(600)
-{patch}
+#: The task the kill lands in: a load of ``kwargs`` (a child process of its own, see ``run_until_killed``).
+LOAD = """
 from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
-kwargs = json.loads(sys.argv[2])
-ExecutionCsvToSqlOperator(task_id="killed", **kwargs).execute(context={{}})
-announce("finished")
+ExecutionCsvToSqlOperator(task_id="killed", **kwargs).execute(context={})
 """
-
-
-def run_and_kill(tmp_path: Path, point: str, operator_kwargs: dict) -> None:
-    marker = tmp_path / f"marker-{point}"
-    script = SCRIPT.format(patch=textwrap.dedent(KILL_POINTS[point]))
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script, str(marker), json.dumps(operator_kwargs)],
-        env=dict(os.environ),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while not marker.exists():
-            if proc.poll() is not None:
-                pytest.fail(f"load exited before the kill point: {proc.stderr.read().decode()[-2000:]}")
-            assert time.monotonic() < deadline, "the load never reached the kill point"
-            time.sleep(0.05)
-        assert marker.read_text() == "ready"
-        proc.send_signal(signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.mark.parametrize(
@@ -105,7 +61,7 @@ def test_a_killed_load_changes_nothing_and_the_rerun_completes(native_warehouse,
     ledger_before = native_warehouse.ledger_rows()
     kwargs = {"source": n1, "sql_conn_id": native_warehouse.conn_id, "table": native_warehouse.table}
 
-    run_and_kill(tmp_path, point, kwargs)
+    run_until_killed(tmp_path, KILL_POINTS[point], LOAD, kwargs)
 
     assert native_warehouse.contents() == before
     assert native_warehouse.ledger_rows() == ledger_before

@@ -11,10 +11,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
-from loadtest_support import download_xcom, duckdb_conn_env
 
 from abm_emulator.csvgen import write_export
 from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
+from support.export_files import download_xcom
+from support.warehouses import duckdb_conn_env
 
 SIZE = 160 * 1024 * 1024
 LIMIT = "100MB"

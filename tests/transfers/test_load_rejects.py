@@ -8,16 +8,12 @@ from pathlib import Path
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
-from loadtest_support import TACTIC_COLUMNS, download_xcom, expected, tactic_rows
 
 from abm_provider.common.rejects import TooManyRejects, read_rejects
+from support.export_files import TACTIC_COLUMNS, download_xcom, expected, tactic_rows
+from support.export_files import csv_record as line
 
 GOOD = tactic_rows([dt.date(2026, 10, 1), dt.date(2026, 10, 2), dt.date(2026, 10, 3)], 2, version=1)
-
-
-def line(row: dict[str, str], **changes: str) -> str:
-    values = [changes.get(c, row[c]) for c in TACTIC_COLUMNS]
-    return ",".join('"' + v.replace('"', '""') + '"' if any(ch in v for ch in ',"\n') else v for v in values)
 
 
 def messy_file(path: Path) -> tuple[Path, list[dict[str, str]]]:
@@ -196,30 +192,9 @@ def test_values_at_the_edge_of_each_rule(native_warehouse, tmp_path, column, val
         assert reject["reason"].startswith(f"column {column}: expected"), reject["reason"]
 
 
-@pytest.mark.parametrize("kind", ["sqlite"])
-def test_a_new_table_gets_its_unique_key_index_with_the_first_load(kind, tmp_path, monkeypatch, request):
-    """Generic databases: built after the insert (one sort, not row by row), it guards the natural key.
-
-    PostgreSQL and DuckDB build none: their load's lock keeps one row per key (issue 18).
-    """
-    from load_warehouses import make_warehouse
-
-    warehouse = make_warehouse(kind, tmp_path, monkeypatch, request)
-    path = tmp_path / "first.csv"
-    path.write_text("\n".join([",".join(TACTIC_COLUMNS), *(line(r) for r in GOOD)]) + "\n", encoding="utf-8")
-    warehouse.operator(source=download_xcom(path, "i1")).execute(context={})
-
-    first = GOOD[0]
-    with pytest.raises(Exception, match="(?i)unique"):
-        warehouse.query(
-            f"INSERT INTO {warehouse.table} (date, tactic_id) "
-            f"VALUES ('{first['date']}', '{first['tactic_id']}')"
-        )
-
-
 def test_postgres_skips_its_sql_check_when_the_arrow_prescan_vouches(tmp_path, monkeypatch, request, capsys):
     """Into an existing table (staged), a clean file skips the row-by-row SQL check."""
-    from load_warehouses import make_warehouse
+    from support.warehouses import make_warehouse
 
     warehouse = make_warehouse("postgres", tmp_path, monkeypatch, request)
     first = tactic_rows([dt.date(2026, 9, 30)], 2, version=1)

@@ -6,7 +6,9 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
-from loadtest_support import (
+
+from abm_provider.warehouse.base import WarehouseLoader
+from support.export_files import (
     ACCOUNT_COLUMNS,
     TACTIC_COLUMNS,
     account_rows,
@@ -16,8 +18,6 @@ from loadtest_support import (
     tactic_rows,
     write_csv,
 )
-
-from abm_provider.warehouse.base import WarehouseLoader
 
 START = dt.date(2026, 10, 1)
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
-from loadtest_support import TACTIC_COLUMNS, download_xcom, normalise, table_contents
 
 from abm_provider.common.rejects import read_rejects
+from support.export_files import TACTIC_COLUMNS, download_xcom, normalise, table_contents
 
 _SAMPLES = ["a,b", 'say "hi"', "two\nlines", "cr\rinside", " padded ", "Ünïcødé", "\\.", "NULL", ""]
 # Junk may hold NUL, which SQL text cannot; names drawn as valid may not.

@@ -6,9 +6,9 @@ import datetime as dt
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
-from loadtest_support import TACTIC_COLUMNS, download_xcom, expected, tactic_rows, write_csv
 
 from abm_provider.exceptions import NotAnExport
+from support.export_files import TACTIC_COLUMNS, download_xcom, expected, tactic_rows, write_csv
 
 ROWS = tactic_rows([dt.date(2026, 10, 1)], 3, version=1)
 

@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 import requests
 from airflow.sdk.exceptions import AirflowException
-from loadtest_support import download_xcom
-from test_load_killed import run_and_kill
+from test_load_killed import KILL_POINTS, LOAD
+
+from support.export_files import download_xcom
+from support.processes import run_until_killed
 
 EXPORT_TYPE = "TACTIC_PERFORMANCE"
 MiB = 1 << 20
@@ -39,14 +41,14 @@ def abm(emulator: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
 
 @pytest.fixture(params=["postgres", "duckdb"])
 def target(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from load_warehouses import make_warehouse
+    from support.warehouses import make_warehouse
 
     return make_warehouse(request.param, tmp_path, monkeypatch, request)
 
 
 @pytest.fixture
 def pg(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from load_warehouses import make_warehouse
+    from support.warehouses import make_warehouse
 
     return make_warehouse("postgres", tmp_path, monkeypatch, request)
 
@@ -259,7 +261,7 @@ def test_a_load_killed_mid_stream_leaves_the_table_and_the_rerun_loads_it(
     execution = fire(abm, 8 * MiB)
     archive = archive_of(tmp_path)
     kwargs = {"source": execution, "archive": str(archive), "sql_conn_id": pg.conn_id, "table": pg.table}
-    run_and_kill(tmp_path, "mid_copy", kwargs)
+    run_until_killed(tmp_path, KILL_POINTS["mid_copy"], LOAD, kwargs)
 
     assert pg.contents() == before and pg.ledger_rows() == ledger, "nothing of the killed load is visible"
     assert not archive.exists()

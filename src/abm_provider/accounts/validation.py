@@ -31,6 +31,8 @@ KNOWN_CRM_TYPES: frozenset[str] = frozenset({"SALESFORCE"})
 #: so valid ids of other CRMs pass, while a wrong delimiter (a whole line in one field) is caught here
 #: instead of failing a whole 1000-account request.
 DEFAULT_MAX_FIELD_LENGTH = 255
+#: The reason a not-found account is written with: the service's own word for it, for a search.
+NOT_FOUND_REASON = "not found: the service does not know this account (accountsNotFound)"
 
 _ID_FORBIDDEN = re.compile(r"[\s\x00-\x1f\x7f]")
 _CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")

@@ -2,7 +2,9 @@
 
 Redirects are followed here, not by ``requests``, so each hop meets the URL rules. A dropped
 connection resumes with ``Range`` and ``If-Match`` (a changed file is never stitched onto the old
-one's start); progress resets the failure count, except an attempt cut off at ``download_timeout``.
+one's start). Its driver is apart from the hooks' because an attempt here continues a byte range
+rather than repeating a request; it runs on the same policy (:class:`~._pipeline.Attempts` counts
+only the failures since the last progress).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import requests
 import tenacity
 
 from abm_provider.exceptions import EXCERPT_CHARS, AbmApiError, UnexpectedBody
-from abm_provider.hooks._pipeline import USER_AGENT, Answer, Call, ErrorBody, Pipeline, Prepared
+from abm_provider.hooks._pipeline import USER_AGENT, Answer, Attempts, Call, ErrorBody, Pipeline, Prepared
 from abm_provider.hooks._transports import RequestsTransport
 from abm_provider.hooks._urls import UnsafeUrlError, check_url, safe_url, url_origin
 from abm_provider.hooks.results import DownloadResult
@@ -41,7 +43,7 @@ class Download:
         self.log, self.limits = hook.log, self.pipeline.limits
         self.uri, self.fileobj, self.chunk_size, self.on_progress = uri, fileobj, chunk_size, on_progress
         self.call = Call("GET", (urlsplit(uri).path or "/") if isinstance(uri, str) else repr(uri))
-        self.written = self.failures = self.resumed = 0
+        self.written = self.resumed = 0
         self.total: int | None = None
         self.etag: str | None = None
         self.started = False
@@ -51,16 +53,10 @@ class Download:
         self.pipeline.redact.learn(self.uri if isinstance(self.uri, str) else "")
         self._check(self.uri, "download_uri")
         self.log.info("Downloading %s", safe_url(self.uri))
-        policy = self.pipeline.retrying(self.log, failures=lambda: self.failures)
-        for attempt in tenacity.Retrying(**policy):
+        attempts = Attempts(log=self.log, progress=lambda: self.written)
+        for attempt in tenacity.Retrying(**self.pipeline.retrying(self.log, attempts)):
             with attempt:
-                before = self.written
-                try:
-                    self._attempt()
-                except AbmApiError as err:
-                    progressed = self.written > before and err.kind != "timeout"
-                    self.failures = 1 if progressed else self.failures + 1
-                    raise
+                self._attempt()
         return DownloadResult(self.written, self.digest.hexdigest(), self.etag, self.total, self.resumed)
 
     def _check(self, url: str, what: str) -> str:

@@ -3,10 +3,10 @@ listing items in the shape the create calls return. Shared by both hooks; no I/O
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
-from abm_provider.hooks._pipeline import Call, api_path
+from abm_provider.hooks._pipeline import Call, Reconcile, api_path
 from abm_provider.hooks._urls import path_segment
 
 __all__ = ["MAX_ACCOUNTS_PER_REQUEST", "check_batch_size"]
@@ -62,6 +62,44 @@ def executions_call(
     check_page_size(page_size)
     params = {"pageSize": page_size, "orderBy": order_by or None, "filter": filter or None}
     return Call("GET", f"{EXPORT_JOBS_PATH}/{segment}/executions", params)
+
+
+def create_folder_call(folder_name: str, folder_access: str, known: Set[str]) -> Call:
+    """``POST .../folders``; after an unknown outcome it looks for a folder of that name whose id is not
+    one of the ``known`` ones (those listed before it was sent), since names are not unique."""
+
+    def made(item: Mapping[str, Any]) -> bool:
+        return item.get("name") == folder_name and folder_resource(item)["folderId"] not in known
+
+    body = {"folderName": folder_name, "folderAccess": folder_access}
+    return Call("POST", FOLDERS_PATH, body=body, on_unknown=Reconcile(folders_call(), "folders", made))
+
+
+def is_list(item: Mapping[str, Any], list_name: str, folder_id: str) -> bool:
+    """Whether a listed list is ``list_name`` in ``folder_id`` (a list is known by name within a folder)."""
+    shaped = list_resource(item, folder_id)
+    return bool(shaped["listName"] == list_name and shaped["folderId"] == folder_id)
+
+
+def create_list_call(list_name: str, folder_id: str, known: Set[str]) -> Call:
+    """``POST .../accountLists``; after an unknown outcome it looks, as :func:`create_folder_call` does,
+    among the lists of ``folder_id``."""
+
+    def made(item: Mapping[str, Any]) -> bool:
+        return is_list(item, list_name, folder_id) and list_resource(item)["listId"] not in known
+
+    body = {"listName": list_name, "folderId": folder_id}
+    look = Reconcile(lists_call([folder_id]), "lists", made)
+    return Call("POST", LISTS_PATH, body=body, on_unknown=look)
+
+
+def create_job_call(export_type: str, schedule: str) -> Call:
+    """``POST .../exportJobs``: sent again after an unknown outcome, since the service allows one job
+    per type and answers a second create with 409; a 409 after an unknown outcome says so."""
+    path_segment(export_type, "export_type")
+    check_name(schedule, "schedule")
+    body = {"type": export_type, "schedule": schedule}
+    return Call("POST", EXPORT_JOBS_PATH, body=body, on_unknown="resend")
 
 
 def check_page_size(page_size: int) -> None:

@@ -1,9 +1,11 @@
 """The request pipeline both hooks share; only the transport differs (``requests`` or ``aiohttp``).
 
-A :class:`Call` describes a request; :class:`Pipeline` prepares it, reads what came back
-(:meth:`Pipeline.interpret`) and holds the one retry policy. No I/O here. A failed attempt is
-*refused* (429, 423, 408, 425, never connected: safe to repeat), *uncertain* (a 5xx but 501/505, lost
-or cut off after sending, an unreadable 2xx: repeated for reads, a create looks first) or *final*.
+A :class:`Call` describes a request, including what to do when its outcome is unknown;
+:class:`Pipeline` prepares it, reads what came back (:meth:`Pipeline.interpret`) and holds the one
+retry policy, which :class:`Attempts` applies to one call. No I/O here: the hooks' drivers send, and
+list when a create must look for its own effect. A failed attempt is *refused* (429, 423, 408, 425,
+never connected: safe to repeat), *uncertain* (a 5xx but 501/505, lost or cut off after sending, an
+unreadable 2xx: the call's ``on_unknown`` decides) or *final*.
 """
 
 from __future__ import annotations
@@ -12,8 +14,7 @@ import json
 import logging
 import random
 import time
-from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import quote
@@ -42,7 +43,6 @@ REFUSED_STATUSES = frozenset({408, 423, 425, 429})
 #: 5xx statuses that say the server will never do this request: not worth repeating.
 FINAL_5XX = frozenset({501, 505})
 
-OnUnknown = Literal["repeat", "raise"]
 FailureKind = Literal["refused", "uncertain", "final"]
 
 
@@ -63,8 +63,28 @@ def api_path(*segments: str) -> str:
 
 
 @dataclass(frozen=True)
+class Reconcile:
+    """How a create whose outcome is unknown finds out whether it took effect: it reads ``listing``
+    (items under ``key``) and takes the items ``made`` accepts, those it would have made (its name,
+    not among the ones that existed before it). One: that is the answer; none: it is sent again;
+    more: the hook cannot tell which is its own and raises.
+    """
+
+    listing: Call
+    key: str
+    made: Callable[[Mapping[str, Any]], bool]
+
+
+#: What a call does after an attempt whose outcome is unknown: ``"repeat"`` it (reads, and writes
+#: that may run twice), ``"raise"`` (the caller settles it), ``"resend"`` (the service refuses a
+#: duplicate, so a conflict that follows is read as "an earlier attempt may have made it"), or
+#: :class:`Reconcile` (look for its effect first).
+OnUnknown = Literal["repeat", "raise", "resend"] | Reconcile
+
+
+@dataclass(frozen=True)
 class Call:
-    """One API request, described: ``on_unknown="raise"`` for a create, which must not repeat blindly."""
+    """One API request, described: a create says in ``on_unknown`` how not to repeat it blindly."""
 
     method: str
     path: str
@@ -172,7 +192,7 @@ class Pipeline:
             if body
             else [],
             request_id=clip(redact(request_id), 100) if request_id else None,
-            outcome_unknown=classified == "uncertain" and call.on_unknown == "raise",
+            outcome_unknown=classified == "uncertain" and call.on_unknown != "repeat",
             transient=classified != "final",
             retry_after=parse_retry_after(headers.get("Retry-After")) if status is not None else None,
             kind=kind,
@@ -267,31 +287,30 @@ class Pipeline:
         retry_after = getattr(err, "retry_after", None)
         return max(wait, float(retry_after)) if retry_after is not None else wait
 
-    def retrying(
-        self,
-        log: logging.Logger | Any,
-        on_unknown: OnUnknown = "repeat",
-        failures: Callable[[], int] | None = None,
-    ) -> dict[str, Any]:
+    def retrying(self, log: logging.Logger | Any, attempts: Attempts | None = None) -> dict[str, Any]:
         """Keyword arguments for ``tenacity.Retrying`` or ``AsyncRetrying``: the one retry policy.
 
-        ``failures`` counts failures its own way (a download counts only those since its last
-        progress); by default every attempt counts.
+        ``attempts`` is the call's own record (what it does after an unknown outcome, how it counts
+        failures); the retry test records each failure in it, so the wait and the log that follow see
+        the same count.
         """
+        record = attempts if attempts is not None else Attempts()
 
         def retry(state: tenacity.RetryCallState) -> bool:
             err = state.outcome.exception() if state.outcome is not None else None
-            number = failures() if failures else state.attempt_number
-            return err is not None and self.may_retry(err, number, on_unknown)
+            if err is None:
+                return False
+            return self.may_retry(err, record.failed(err), record.on_unknown)
 
         def wait(state: tenacity.RetryCallState) -> float:
             err = state.outcome.exception() if state.outcome is not None else None
-            return self.backoff(failures() if failures else state.attempt_number, err)
+            return record.settle(self.backoff(record.failures, err), self.limits)
 
         def before_sleep(state: tenacity.RetryCallState) -> None:
             err = state.outcome.exception() if state.outcome is not None else None
             count = f"{getattr(err, 'attempts', state.attempt_number)}/{self.limits.max_attempts}"
-            log.warning("%s - attempt %s, retrying in %.1f s", err, count, state.upcoming_sleep)
+            then = "looking for its effect" if record.look is not None else "retrying"
+            log.warning("%s - attempt %s, %s in %.1f s", err, count, then, state.upcoming_sleep)
 
         return {
             "stop": tenacity.stop_never,
@@ -302,57 +321,76 @@ class Pipeline:
         }
 
 
-# --- pagination ----------------------------------------------------------------------------------
+class Attempts:
+    """One call's record across its attempts, for the retry policy; no I/O.
 
-
-class Pager:
-    """The pages of one listing, without I/O: which call comes next, and when to stop. Bounded by
-    ``max_pages``, by a token seen among the last ``page_cursor_memory`` (a loop), and by a caller's
-    ``deadline`` (POSIX time), checked between pages so a look never overruns a sensor's timeout.
+    It counts the failures that spend ``max_attempts``: every one, or with ``progress`` (bytes a
+    download has written) only those since the last attempt that moved forward, since a resumed
+    transfer that keeps advancing is not failing; an attempt cut off at its deadline is not progress,
+    or a trickling server would be resumed for ever. It remembers an attempt whose outcome is unknown,
+    which is what the call's ``on_unknown`` acts on: :attr:`look` tells the driver to list before the
+    next attempt, and a conflict after it is read as possibly the earlier attempt's doing.
     """
 
-    def __init__(self, pipeline: Pipeline, call: Call, key: str, deadline: float | None = None) -> None:
-        self.pipeline = pipeline
-        self.call = replace(call, deadline=deadline) if deadline is not None else call
-        self.key = key
-        self.deadline = deadline
-        self.pages = 0
-        self._recent: deque[str] = deque(maxlen=pipeline.limits.page_cursor_memory)
-        self._seen: set[str] = set()
+    def __init__(
+        self,
+        on_unknown: OnUnknown = "repeat",
+        log: logging.Logger | Any = None,
+        progress: Callable[[], int] | None = None,
+    ) -> None:
+        self.on_unknown: OnUnknown = on_unknown
+        self.log = log or logging.getLogger(__name__)
+        self.failures = 0
+        self._progress = progress
+        self._mark = progress() if progress is not None else 0
+        self._uncertain: AbmApiError | None = None
 
-    def _stop(self, message: str, kind: str = "paging") -> AbmApiError:
-        return self.pipeline.error(self.call, kind, message)
+    def failed(self, err: BaseException) -> int:
+        """Record a failed attempt; the count :meth:`Pipeline.may_retry` weighs it by."""
+        if self._progress is None:
+            self.failures += 1
+        else:
+            now = self._progress()
+            moved = now > self._mark and getattr(err, "kind", None) != "timeout"
+            self.failures, self._mark = (1 if moved else self.failures + 1), now
+        if not isinstance(err, AbmApiError):
+            return self.failures
+        if err.outcome_unknown:
+            self._uncertain = err
+        elif err.http_status == 409 and self._uncertain is not None and self.on_unknown == "resend":
+            earlier = self._uncertain.http_status or "no answer"
+            err.message += f" (an earlier attempt failed with {earlier} and may have created it)"
+            err.outcome_unknown = True
+        return self.failures
 
-    def read(self, page: Mapping[str, Any]) -> tuple[list[dict[str, Any]], Call | None]:
-        """The page's items and the call for the next page (``None`` after the last)."""
-        self.pages += 1
-        items = page.get(self.key)
-        if items is None:
-            items = []
-        if not isinstance(items, list):
-            raise self._stop(
-                f"the answer's {self.key!r} is a {type(items).__name__}, not an array", "malformed"
-            )
-        token = page.get("nextPageToken") or ""
-        if not isinstance(token, str):
-            raise self._stop(f"nextPageToken is a {type(token).__name__}, not a string", "malformed")
-        found = [item for item in items if type(item) is dict]
-        if not token:
-            return found, None
-        if token in self._seen:
-            raise self._stop(
-                f"the service returned page token {token[:40]!r} twice; stopping to avoid a loop"
-            )
-        if self.pages >= self.pipeline.limits.max_pages:
-            raise self._stop(
-                f"the listing did not end within max_pages={self.pipeline.limits.max_pages} pages; "
-                "raise max_pages if it really is that long"
-            )
-        if self.deadline is not None and time.time() >= self.deadline:
-            raise self._stop(f"the caller's deadline passed after {self.pages} pages", "timeout")
+    @property
+    def look(self) -> Reconcile | None:
+        """The listing to read before the next attempt: the last one may have made the item."""
+        on = self.on_unknown
+        return on if isinstance(on, Reconcile) and self._uncertain is not None else None
 
-        if len(self._recent) == self._recent.maxlen:
-            self._seen.discard(self._recent[0])
-        self._recent.append(token)
-        self._seen.add(token)
-        return found, self.call.next_page(token)
+    def settle(self, wait: float, limits: Limits) -> float:
+        """The wait before looking: a request that got no answer may still be running on the server,
+        so it is given as long again as an attempt (capped at ``retry_max_wait``) to land first. A
+        slower server can still race the look: only idempotency keys would close that gap.
+        """
+        if self.look is not None and self._uncertain is not None and self._uncertain.http_status is None:
+            return max(wait, min(limits.request_timeout, limits.retry_max_wait))
+        return wait
+
+    def found(self, items: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+        """What the look found in the listing's ``items``: the item this create made, or ``None`` to
+        send it again; several new items of that name raise the unknown outcome, which stays unknown.
+        """
+        look, err = self.look, self._uncertain
+        assert look is not None and err is not None
+        new = [dict(item) for item in items if look.made(item)]
+        if len(new) > 1:
+            err.message += f"; {len(new)} new items of that name appeared ({new}): which is ours?"
+            raise err
+        took = "took effect: using it" if new else "did not take effect: sending it again"
+        self.log.warning("%s (%s) %s %s", err.path, err.message, took, new)
+        if new:
+            return new[0]
+        self._uncertain = None
+        return None

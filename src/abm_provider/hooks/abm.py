@@ -5,20 +5,21 @@ create-or-reuse (``ensure_*``), streaming downloads with resume, errors and retr
 goes through one pipeline (:mod:`._pipeline`); only the transport differs. They subclass ``BaseHook``,
 not ``HttpHook``, whose ``run()`` would reach the network around the key's origin binding, the
 redaction and the bounds. The key goes only to the API's origin and never into a log or an error.
+``AbmAsyncHook`` lives in :mod:`._async` and is imported from here, its public path.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any, BinaryIO, Literal
 
 import requests
 import tenacity
-from airflow.sdk import BaseHook
 
 from abm_provider.exceptions import AbmApiError
+from abm_provider.hooks._async import AbmAsyncHook
+from abm_provider.hooks._base import AbmHookBase
 from abm_provider.hooks._download import Download
 from abm_provider.hooks._endpoints import (
     EXPORT_JOBS_PATH,
@@ -28,16 +29,20 @@ from abm_provider.hooks._endpoints import (
     account_payloads,
     check_batch_size,
     check_name,
-    executions_call,
+    create_folder_call,
+    create_job_call,
+    create_list_call,
     folder_resource,
     folders_call,
+    is_list,
     list_resource,
     lists_call,
 )
-from abm_provider.hooks._pipeline import Call, ErrorBody, Pager, Pipeline
-from abm_provider.hooks._settings import AbmSettings, Limits, connection_name, is_test_copy, renamed
-from abm_provider.hooks._transports import AiohttpTransport, RequestsTransport
-from abm_provider.hooks._urls import DEFAULT_BASE_URL, UnsafeUrlError, path_segment
+from abm_provider.hooks._paging import Pager
+from abm_provider.hooks._pipeline import Attempts, Call, ErrorBody, Pipeline
+from abm_provider.hooks._settings import AbmSettings, connection_name, is_test_copy
+from abm_provider.hooks._transports import RequestsTransport
+from abm_provider.hooks._urls import path_segment
 from abm_provider.hooks.results import AccountsResult, BatchResult, DownloadResult, batch_result
 
 __all__ = ["MAX_ACCOUNTS_PER_REQUEST", "AbmAsyncHook", "AbmHook"]
@@ -48,50 +53,12 @@ JobIfExists = Literal["ignore", "fail"]
 _TEST_CONNECTION_TIMEOUT = 15.0
 
 
-class _AbmHookBase(BaseHook):
-    """Connection id and request settings, the same for both hooks.
-
-    :param abm_conn_id: connection of type ``abm``: host = base URL, password = API key.
-    :param limits: request settings that win over the connection extra, by the names of
-        :class:`~abm_provider.hooks._settings.Limits` (``max_wait`` and ``timeout`` are the deprecated
-        names of ``retry_max_wait`` and ``request_timeout``); ``None`` means "as the connection says".
-    """
-
-    conn_name_attr = "abm_conn_id"
-    default_conn_name = "abm_default"
-    conn_type = "abm"
-    default_host = DEFAULT_BASE_URL
-
-    def __init__(self, abm_conn_id: str = default_conn_name, **limits: Any) -> None:
-        super().__init__()
-        self.abm_conn_id = abm_conn_id
-        self.hook_params = renamed(limits, type(self).__name__)
-        unknown = sorted(set(self.hook_params) - set(Limits.names()))
-        if unknown:
-            raise TypeError(
-                f"{type(self).__name__} got unknown settings {unknown}; known: {list(Limits.names())}"
-            )
-        self._pipeline: Pipeline | None = None
-
-    def _settings_from(self, conn: Any) -> AbmSettings:
-        try:
-            settings = AbmSettings.from_connection(conn, **self.hook_params)
-        except UnsafeUrlError as err:
-            raise AbmApiError(
-                method="-", path="-", http_status=None, status=None, message=str(err), kind="unsafe_url"
-            ) from None
-        if settings.verify is False:
-            self.log.warning("TLS certificate verification is off for %s", settings.name)
-        self._pipeline = Pipeline(settings)
-        return settings
-
-
-class AbmHook(_AbmHookBase):
+class AbmHook(AbmHookBase[Iterator[dict[str, Any]]]):
     """Sync client for the ABM API, for operators and sensors running in workers."""
 
     hook_name = "ABM (Account Lists and Exports API)"
 
-    def __init__(self, abm_conn_id: str = _AbmHookBase.default_conn_name, **limits: Any) -> None:
+    def __init__(self, abm_conn_id: str = AbmHookBase.default_conn_name, **limits: Any) -> None:
         super().__init__(abm_conn_id, **limits)
         self._transport: RequestsTransport | None = None
 
@@ -136,9 +103,19 @@ class AbmHook(_AbmHookBase):
     # -- the request loop -------------------------------------------------------------------------
 
     def _call(self, call: Call) -> dict[str, Any]:
-        """One API call, retried per the pipeline's policy; the answer's JSON object."""
+        """One API call under the pipeline's retry policy; the answer's JSON object.
+
+        After an attempt whose outcome is unknown, a create that reconciles (``Call.on_unknown``)
+        lists what exists before it is sent again. The listing is read outside the attempt, with its
+        own retries: its failure ends the call rather than spending the create's attempts.
+        """
         pipe = self.pipeline
-        for attempt in tenacity.Retrying(**pipe.retrying(self.log, call.on_unknown)):
+        attempts = Attempts(call.on_unknown, self.log)
+        for attempt in tenacity.Retrying(**pipe.retrying(self.log, attempts)):
+            if (look := attempts.look) is not None:
+                made = attempts.found(self._paginate(look.listing, look.key))
+                if made is not None:
+                    return made
             with attempt:
                 return pipe.interpret(call, self.transport.send(pipe.prepare(call)))
         raise AssertionError("tenacity returns or raises")  # pragma: no cover
@@ -179,10 +156,6 @@ class AbmHook(_AbmHookBase):
 
     # -- folders and lists --------------------------------------------------------------------------
 
-    def iter_folders(self, page_size: int = 100) -> Iterator[dict[str, Any]]:
-        """All folders: ``{uuid, name, orgUuid, folderAccess, createdMomentUtc}`` each."""
-        return self._paginate(folders_call(page_size), "folders")
-
     def iter_account_lists(
         self, folder_ids: Sequence[str] | None = None, page_size: int = 100
     ) -> Iterator[dict[str, Any]]:
@@ -210,13 +183,7 @@ class AbmHook(_AbmHookBase):
                 self.log.info("The folder's access %s is left as it is (asked: %s)", chosen, folder_access)
             return chosen
         known = {folder_resource(m)["folderId"] for m in matches}
-        body = {"folderName": folder_name, "folderAccess": folder_access}
-
-        def new() -> list[dict[str, Any]]:
-            found = (folder_resource(f) for f in self.iter_folders() if f.get("name") == folder_name)
-            return [f for f in found if f["folderId"] not in known]
-
-        return folder_resource(self._create(Call("POST", FOLDERS_PATH, body=body, on_unknown="raise"), new))
+        return folder_resource(self._call(create_folder_call(folder_name, folder_access, known)))
 
     def create_account_list(self, list_name: str, folder_id: str) -> dict[str, Any]:
         """Create a list in a folder (even if one of that name exists); ``{listId, listName, folderId}``."""
@@ -226,23 +193,14 @@ class AbmHook(_AbmHookBase):
         """The list ``list_name`` in ``folder_id``: reused, created or refused, as :meth:`ensure_folder`."""
         check_name(list_name, "list_name")
         check_name(folder_id, "folder_id")
-
-        def named() -> list[dict[str, Any]]:
-            found = (list_resource(i, folder_id) for i in self.iter_account_lists([folder_id]))
-            return [i for i in found if i["listName"] == list_name and i["folderId"] == folder_id]
-
-        matches = named()
+        listed = (list_resource(i, folder_id) for i in self.iter_account_lists([folder_id]))
+        matches = [i for i in listed if is_list(i, list_name, folder_id)]
         what = f"list {list_name!r} in folder {folder_id}"
         chosen = self._existing(matches, if_exists, what, lambda item: item, LISTS_PATH)
         if chosen is not None:
             return chosen
         known = {m["listId"] for m in matches}
-        body = {"listName": list_name, "folderId": folder_id}
-        created = self._create(
-            Call("POST", LISTS_PATH, body=body, on_unknown="raise"),
-            lambda: [i for i in named() if i["listId"] not in known],
-        )
-        return list_resource(created, folder_id)
+        return list_resource(self._call(create_list_call(list_name, folder_id, known)), folder_id)
 
     def _existing(
         self,
@@ -274,33 +232,6 @@ class AbmHook(_AbmHookBase):
             Call("POST", path), "answer", message, 409, body=ErrorBody("ALREADY_EXISTS", "", [])
         )
 
-    def _create(self, call: Call, new: Callable[[], list[dict[str, Any]]]) -> dict[str, Any]:
-        """POST a create; after an unknown outcome, look for what it made before sending it again.
-
-        A timed-out request may still be running on the server, so the hook first waits as long again
-        (capped at ``retry_max_wait``); a slower server can still race: only idempotency keys avoid it.
-        """
-        limits = self.pipeline.limits
-        for attempt in range(1, limits.max_attempts + 1):
-            try:
-                return self._call(call)
-            except AbmApiError as err:
-                if not err.outcome_unknown or attempt == limits.max_attempts:
-                    raise
-                if err.http_status is None:
-                    settle = min(limits.request_timeout, limits.retry_max_wait)
-                    self.log.warning("%s got no answer; looking for its effect in %.1f s", call.path, settle)
-                    time.sleep(settle)
-                found = new()
-                if len(found) > 1:
-                    err.message += f"; {len(found)} new items of that name appeared ({found}): which is ours?"
-                    raise
-                took = "took effect: using it" if found else "did not take effect: sending it again"
-                self.log.warning("%s (%s) %s %s", call.path, err.message, took, found[:1])
-                if found:
-                    return found[0]
-        raise AssertionError("the loop returns or raises")  # pragma: no cover
-
     # -- membership ---------------------------------------------------------------------------------
 
     def add_accounts(
@@ -327,7 +258,7 @@ class AbmHook(_AbmHookBase):
         on_batch: Callable[[BatchResult], None] | None = None,
         keep_not_found: bool = True,
     ) -> AccountsResult:
-        """Remove accounts as :meth:`add_accounts` adds them; ``added`` counts those removed, and one
+        """Remove accounts as :meth:`add_accounts` adds them; ``applied`` counts those removed, and one
         sent but not reported removed counts as not found. ``name`` is not sent."""
         return self._membership("remove", list_id, accounts, batch_size, on_batch, keep_not_found)
 
@@ -367,27 +298,9 @@ class AbmHook(_AbmHookBase):
 
         One job per type per account: an existing job answers 409, raised as ``AbmApiError``. After
         an unknown outcome the create is sent again, since the service refuses a duplicate: a 409
-        that follows then says an earlier attempt may have created it.
+        that follows then says an earlier attempt may have created it (``outcome_unknown``).
         """
-        path_segment(export_type, "export_type")
-        check_name(schedule, "schedule")
-        call = Call(
-            "POST", EXPORT_JOBS_PATH, body={"type": export_type, "schedule": schedule}, on_unknown="raise"
-        )
-        uncertain: AbmApiError | None = None
-        for _ in range(self.pipeline.limits.max_attempts):
-            try:
-                return self._call(call)
-            except AbmApiError as err:
-                if err.http_status == 409 and uncertain is not None:
-                    earlier = uncertain.http_status or "no answer"
-                    err.message += f" (an earlier attempt failed with {earlier} and may have created it)"
-                    err.outcome_unknown = True
-                if not err.outcome_unknown or err.http_status == 409:
-                    raise
-                uncertain = err
-        assert uncertain is not None
-        raise uncertain
+        return self._call(create_job_call(export_type, schedule))
 
     def job_exists(self, export_type: str) -> bool:
         """Whether a job of this type exists: its executions listing answers 200, not 404.
@@ -436,26 +349,6 @@ class AbmHook(_AbmHookBase):
         self.log.info("Created export job %s with schedule %r", export_type, job["schedule"])
         return job
 
-    def iter_executions(
-        self,
-        export_type: str,
-        *,
-        state: str | None = None,
-        order_by: str | None = "updateTime desc",
-        page_size: int = 100,
-        filter: str | None = None,
-        deadline: float | None = None,
-    ) -> Iterator[dict[str, Any]]:
-        """Every execution of a job, page by page: ``{id, exportId, state, createTime, updateTime,
-        downloadUri}`` each. ``state`` filters (``status=<state>``), or ``filter`` is a raw
-        expression; ``order_by`` is ``createTime``/``updateTime`` then ``asc``/``desc``; past
-        ``deadline`` (POSIX time) no page is read (kind ``"timeout"``), for a sensor's own timeout.
-        """
-        call = executions_call(
-            export_type, state=state, order_by=order_by, page_size=page_size, filter=filter
-        )
-        return self._paginate(call, "exportJobExecutions", deadline)
-
     # -- downloads ------------------------------------------------------------------------------------
 
     def download(
@@ -473,90 +366,3 @@ class AbmHook(_AbmHookBase):
         changed. ``fileobj.write`` gets views of reused buffers: it must be done with each on return.
         """
         return Download(self, download_uri, fileobj, chunk_size, on_progress).run()
-
-
-class AbmAsyncHook(_AbmHookBase):
-    """Async client for triggers, with the pipeline and bounds of :class:`AbmHook`. The connection is
-    looked up asynchronously (Airflow 3 refuses a sync lookup in the triggerer); hooks on one event
-    loop share one ``aiohttp`` session. Call :meth:`close` (or use ``async with``) when done.
-    """
-
-    hook_name = "ABM (Account Lists and Exports API, async)"
-
-    def __init__(self, abm_conn_id: str = _AbmHookBase.default_conn_name, **limits: Any) -> None:
-        super().__init__(abm_conn_id, **limits)
-        self._transport: AiohttpTransport | None = None
-
-    async def get_pipeline(self) -> Pipeline:
-        """The connection's pipeline, resolved asynchronously once."""
-        if self._pipeline is None:
-            getter = getattr(BaseHook, "aget_connection", None)
-            if getter is not None:
-                conn = await getter(self.abm_conn_id)
-            else:  # Airflow 3.1: the sync lookup in a thread
-                from asgiref.sync import sync_to_async
-
-                conn = await sync_to_async(BaseHook.get_connection)(self.abm_conn_id)
-            self._transport = AiohttpTransport(self._settings_from(conn))
-        assert self._pipeline is not None
-        return self._pipeline
-
-    async def close(self) -> None:
-        """Give back the shared session; the last hook on the loop to do so closes its connections."""
-        if self._transport is not None:
-            await self._transport.close()
-
-    async def __aenter__(self) -> AbmAsyncHook:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def _call(self, call: Call) -> dict[str, Any]:
-        """A read with the shared retry policy. The first attempt runs outside tenacity (its async loop
-        costs a fifth of a poll's CPU, and almost no poll fails); a failure is replayed as tenacity's
-        first attempt, so waits, log lines and counts are those of a loop run from the start.
-        """
-        pipe = await self.get_pipeline()
-        assert self._transport is not None
-        try:
-            return pipe.interpret(call, await self._transport.send(pipe.prepare(call)))
-        except AbmApiError as err:
-            if not pipe.may_retry(err, 1):
-                raise
-            replay: AbmApiError | None = err
-        async for attempt in tenacity.AsyncRetrying(**pipe.retrying(self.log)):
-            with attempt:
-                if replay is not None:
-                    failed, replay = replay, None
-                    raise failed
-                return pipe.interpret(call, await self._transport.send(pipe.prepare(call)))
-        raise AssertionError("tenacity returns or raises")  # pragma: no cover
-
-    async def _paginate(self, call: Call, key: str, deadline: float | None) -> AsyncIterator[dict[str, Any]]:
-        pager = Pager(await self.get_pipeline(), call, key, deadline)
-        next_call: Call | None = pager.call
-        while next_call is not None:
-            items, next_call = pager.read(await self._call(next_call))
-            for item in items:
-                yield item
-
-    def iter_executions(
-        self,
-        export_type: str,
-        *,
-        state: str | None = None,
-        order_by: str | None = "updateTime desc",
-        page_size: int = 100,
-        filter: str | None = None,
-        deadline: float | None = None,
-    ) -> AsyncIterator[dict[str, Any]]:
-        """Every execution of a job, page by page, as :meth:`AbmHook.iter_executions`."""
-        call = executions_call(
-            export_type, state=state, order_by=order_by, page_size=page_size, filter=filter
-        )
-        return self._paginate(call, "exportJobExecutions", deadline)
-
-    def iter_folders(self, page_size: int = 100) -> AsyncIterator[dict[str, Any]]:
-        """All folders, as :meth:`AbmHook.iter_folders` (also a cheap authenticated read)."""
-        return self._paginate(folders_call(page_size), "folders", None)

@@ -1,4 +1,5 @@
-"""What every ABM operator shares: the connection, the request settings, a cached hook.
+"""What every ABM operator shares: the connection, the request settings, a cached hook, and the
+argument checks several operators make (so each rule, and its error message, is written once).
 
 Operators only orchestrate; the hook owns requests, retries and create-or-reuse. The request
 settings have one name each across the hook, the operators, the sensor and the connection extra
@@ -9,6 +10,7 @@ settings have one name each across the hook, the operators, the sensor and the c
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +29,50 @@ if TYPE_CHECKING:
 ACCOUNT_SOURCE_RENDERERS: dict[str, str] = {"sql": "sql", "parameters": "json", "column_map": "json"}
 #: The account-list membership operators' colour in the UI.
 ACCOUNT_LISTS_COLOR = "#fce8e6"
+
+
+def check_id(value: Any, name: str) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is safe as one URL path segment.
+
+    A list id such as ``"../folders"`` or ``"x/accounts/remove"`` would address another endpoint; the
+    hook refuses it too, but only when the first request is built, as a plain ``ValueError`` that
+    Airflow retries in vain. Checking here fails the DAG at parse time, or the task without retries.
+    """
+    from abm_provider.hooks._urls import path_segment
+
+    path_segment(value, name)
+
+
+def check_text(value: Any, name: str) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is a non-blank string."""
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {type(value).__name__} {value!r}")
+    if not value.strip():
+        raise ValueError(f"{name} is empty")
+
+
+def check_choice(value: Any, name: str, choices: Sequence[str]) -> None:
+    """Raise ``ValueError`` naming ``name`` and what it accepts unless ``value`` is one of ``choices``.
+
+    Two choices read as ``'a' or 'b'``, more as a list, so every operator words the error alike.
+    """
+    if value not in choices:
+        allowed = " or ".join(map(repr, choices)) if len(choices) == 2 else f"one of {list(choices)}"
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+
+
+def check_positive(value: float, name: str) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is above zero (an interval, a wait)."""
+    if value <= 0:
+        raise ValueError(f"{name} must be positive")
+
+
+def fail_on_bad_argument(check: Callable[[Any, str], object], value: Any, name: str) -> None:
+    """Run a parse-time check at execute time, where a rendered value is final: no retry can fix it."""
+    try:
+        check(value, name)
+    except ValueError as err:
+        raise AirflowFailException(str(err)) from err
 
 
 def is_xcom_arg(value: Any) -> bool:

@@ -23,8 +23,15 @@ from abm_provider.compat import AirflowFailException
 from abm_provider.exports.download import DownloadIfExists, ExecutionDownload, execution_inputs
 from abm_provider.exports.schedule import InvalidScheduleError, validate_schedule
 from abm_provider.hooks._urls import check_url
-from abm_provider.operators._base import AbmBaseOperator, fail_if_final, is_deferred
-from abm_provider.operators.account_lists import _check_id, _fail_on_bad_argument
+from abm_provider.operators._base import (
+    AbmBaseOperator,
+    check_choice,
+    check_id,
+    check_positive,
+    fail_if_final,
+    fail_on_bad_argument,
+    is_deferred,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -56,11 +63,10 @@ class CreateExportJobOperator(AbmBaseOperator):
         self, *, export_type: str, schedule: str, if_exists: ExportJobIfExists = "ignore", **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
-        if if_exists not in ("ignore", "fail"):
-            raise ValueError(f"if_exists must be 'ignore' or 'fail', got {if_exists!r}")
+        check_choice(if_exists, "if_exists", ("ignore", "fail"))
         # Fail at DAG parse time when the values are already known; templated ones are checked in execute.
         if not is_deferred(export_type):
-            _check_id(export_type, "export_type")
+            check_id(export_type, "export_type")
         if not is_deferred(schedule):
             validate_schedule(schedule)
         self.export_type = export_type
@@ -77,7 +83,7 @@ class CreateExportJobOperator(AbmBaseOperator):
         """Validate the schedule, then the hook's create-or-accept."""
         from abm_provider.exceptions import AbmApiError
 
-        _fail_on_bad_argument(_check_id, self.export_type, "export_type")
+        fail_on_bad_argument(check_id, self.export_type, "export_type")
         try:
             schedule = validate_schedule(self.schedule)
         except InvalidScheduleError as err:
@@ -146,7 +152,6 @@ class DownloadExecutionCsvOperator(AbmBaseOperator):
         "destination",
         "base",
     )
-    ui_color = "#e8f0fe"
 
     def __init__(
         self,
@@ -167,15 +172,13 @@ class DownloadExecutionCsvOperator(AbmBaseOperator):
         super().__init__(**kwargs)
         if (execution is None) == (download_uri is None):
             raise ValueError("DownloadExecutionCsvOperator needs exactly one of execution or download_uri")
-        if if_exists not in ("skip", "overwrite"):
-            raise ValueError(f"if_exists must be 'skip' or 'overwrite', got {if_exists!r}")
+        check_choice(if_exists, "if_exists", ("skip", "overwrite"))
         if chunk_size < 64 << 10:
             raise ValueError(f"chunk_size must be at least 64 KiB, got {chunk_size}")
-        if progress_interval <= 0:
-            raise ValueError("progress_interval must be positive")
+        check_positive(progress_interval, "progress_interval")
         if destination is not None and base is not None:
             raise ValueError("give destination (a file) or base (a folder), not both")
-        if isinstance(download_uri, str) and "{{" not in download_uri:
+        if isinstance(download_uri, str) and not is_deferred(download_uri):
             check_url(download_uri, "download_uri")
         self.execution = execution
         self.download_uri = download_uri

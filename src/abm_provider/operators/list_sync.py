@@ -11,8 +11,9 @@ from contextlib import suppress
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from abm_provider.accounts.sources import AccountSource, SqlSource, detect_file_format, open_file_source
-from abm_provider.accounts.sync.engine import MODES, ListSync, Mode, SyncOptions
+from abm_provider.accounts.sync.engine import ListSync
 from abm_provider.accounts.sync.lock import check_lock_timeout, open_state
+from abm_provider.accounts.sync.options import MODES, Mode, SyncOptions
 from abm_provider.accounts.sync.state import DEFAULT_PREFIX, StateTables
 from abm_provider.accounts.validation import (
     KNOWN_CRM_TYPES,
@@ -26,11 +27,13 @@ from abm_provider.common.lineage import table_dataset
 from abm_provider.common.rejects import check_limit
 from abm_provider.common.sql import sql_hook
 from abm_provider.compat import AirflowFailException
-from abm_provider.hooks._urls import path_segment
 from abm_provider.operators._base import (
     ACCOUNT_LISTS_COLOR,
     ACCOUNT_SOURCE_RENDERERS,
     AbmBaseOperator,
+    check_choice,
+    check_id,
+    check_positive,
     is_deferred,
 )
 from abm_provider.warehouse.schema import TableName
@@ -51,8 +54,7 @@ def _as_bool(value: Any, name: str) -> bool:
 
 
 def _as_mode(value: Any) -> Mode:
-    if value not in MODES:
-        raise ValueError(f"mode must be one of {list(MODES)}, got {value!r}")
+    check_choice(value, "mode", MODES)
     return value  # type: ignore[no-any-return]
 
 
@@ -115,13 +117,16 @@ class AccountListSyncOperator(AbmBaseOperator):
         "parameters",
         "column_map",
         "mode",
-        "preview",
+        "dry_run",
         "state_conn_id",
         "state_schema",
         "default_crm_org_id",
         "lock_timeout",
     )
     template_ext: Sequence[str] = (".sql",)
+    #: The ``dry_run`` argument, under its own name. It hides ``BaseOperator.dry_run()``, the method
+    #: behind Airflow 2's ``airflow tasks test --dry-run``; nothing in Airflow 3 calls it.
+    dry_run: bool | str  # type: ignore[assignment]
     template_fields_renderers: ClassVar[dict[str, str]] = ACCOUNT_SOURCE_RENDERERS
     ui_color = ACCOUNT_LISTS_COLOR
 
@@ -175,16 +180,15 @@ class AccountListSyncOperator(AbmBaseOperator):
         StateTables.named(state_table_prefix, None if is_deferred(state_schema) else state_schema)
         if column_map is not None and isinstance(column_map, Mapping):
             normalise_column_map(column_map)
-        if default_crm_type is not None and default_crm_type not in KNOWN_CRM_TYPES:
-            raise ValueError(f"default_crm_type must be one of {sorted(KNOWN_CRM_TYPES)} or None")
+        if default_crm_type is not None:
+            check_choice(default_crm_type, "default_crm_type", sorted(KNOWN_CRM_TYPES))
         check_batch_size(batch_size)
         check_in_flight(max_in_flight)
-        if progress_interval <= 0:
-            raise ValueError("progress_interval must be positive")
+        check_positive(progress_interval, "progress_interval")
         if not is_deferred(lock_timeout):
             check_lock_timeout(lock_timeout)
         if not is_deferred(list_id):
-            path_segment(list_id, "list_id")
+            check_id(list_id, "list_id")
         if table and sql_conn_id and not is_deferred(table) and not is_deferred(sql_conn_id):
             kwargs.setdefault("inlets", [warehouse_asset(sql_conn_id, table)])
         super().__init__(**kwargs)
@@ -198,8 +202,7 @@ class AccountListSyncOperator(AbmBaseOperator):
         self.sql_hook_params = dict(sql_hook_params or {})
         self.column_map = column_map
         self.mode = mode
-        # ``dry_run`` is a method of BaseOperator, so the flag is kept under another name.
-        self.preview = dry_run
+        self.dry_run = dry_run
         self.max_rejected = max_rejected
         self.state_conn_id = state_conn_id
         self.state_schema = state_schema
@@ -229,7 +232,7 @@ class AccountListSyncOperator(AbmBaseOperator):
     def _options(self, context: Context) -> SyncOptions:
         """The rendered arguments, checked; a bad value fails the task without retries."""
         try:
-            path_segment(self.list_id, "list_id")
+            check_id(self.list_id, "list_id")
             run_id = context.get("run_id") or getattr(context.get("ti"), "run_id", None)
             if not run_id:
                 raise ValueError("no run_id in the task context")
@@ -237,7 +240,7 @@ class AccountListSyncOperator(AbmBaseOperator):
                 list_id=self.list_id,
                 run_id=str(run_id),
                 mode=_as_mode(self.mode),
-                dry_run=_as_bool(self.preview, "dry_run"),
+                dry_run=_as_bool(self.dry_run, "dry_run"),
                 max_rejected=self.max_rejected,
                 batch_size=self.batch_size,
                 max_in_flight=self.max_in_flight,

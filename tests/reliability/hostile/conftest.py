@@ -5,7 +5,7 @@ address for the duration of a test, and records the attempt; a test that expects
 refused *without connecting* asserts the record is empty. The guard patches ``socket.getaddrinfo`` and
 ``socket.socket.connect``/``connect_ex``, which both ``requests`` (urllib3) and ``aiohttp`` (asyncio)
 go through. ``operator_download`` builds the ``DownloadExecutionCsvOperator`` the download tests run,
-publishing to ``destination``.
+publishing to ``destination``; ``hostile`` runs one call against a scripted server (``runs.py``).
 """
 
 from __future__ import annotations
@@ -17,12 +17,14 @@ import logging
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from support.tasks import task_context
+
 from .checks import KEY
+from .runs import Against
 
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
 _conn_ids = itertools.count()
@@ -129,5 +131,10 @@ def operator_download(context: dict[str, Any], destination: Path) -> Callable[[s
 @pytest.fixture
 def context() -> dict[str, Any]:
     """The slice of a task context ``DownloadExecutionCsvOperator.execute`` reads."""
-    ti = SimpleNamespace(dag_id="d", task_id="t", run_id="r", try_number=1, map_index=-1)
-    return {"ti": ti, "task_instance": ti, "run_id": "r"}
+    return task_context("d", "r", task_id="t")
+
+
+@pytest.fixture
+def hostile(connect: Callable[..., str], operator_download: Callable[[str, str], Any]) -> Against:
+    """One call against a scripted server: ``hostile.call``, ``hostile.acall``, ``hostile.download``."""
+    return Against(connect, operator_download)

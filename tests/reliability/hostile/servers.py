@@ -269,25 +269,26 @@ class HostileServer:
 
     # -- counters ------------------------------------------------------------------------------------
 
+    def _counted(self, count: Callable[[], int]) -> int:
+        """``count()`` under the lock the serving threads record under."""
+        with self._cond:
+            return count()
+
     @property
     def request_count(self) -> int:
-        with self._cond:
-            return len(self.requests)
+        return self._counted(lambda: len(self.requests))
 
     @property
     def bytes_sent(self) -> int:
-        with self._cond:
-            return sum(c.bytes_sent for c in self.connections)
+        return self._counted(lambda: sum(c.bytes_sent for c in self.connections))
 
     @property
     def connection_count(self) -> int:
-        with self._cond:
-            return len(self.connections)
+        return self._counted(lambda: len(self.connections))
 
     @property
     def max_bytes_per_connection(self) -> int:
-        with self._cond:
-            return max((c.bytes_sent for c in self.connections), default=0)
+        return self._counted(lambda: max((c.bytes_sent for c in self.connections), default=0))
 
     def wait_for_requests(self, count: int, timeout: float) -> bool:
         """Block until ``count`` requests arrived (``True``) or ``timeout`` passed (``False``)."""

@@ -13,16 +13,9 @@ from typing import Any
 
 import pytest
 
-from .checks import (
-    afailure,
-    assert_api_error,
-    async_call,
-    download_call,
-    failure,
-    signed_link,
-    sync_call,
-)
-from .servers import Conn, HostileServer, Request, deep_array, deep_error, deep_in_object, item_key, refuse
+from .checks import assert_api_error, sync_call
+from .runs import Against
+from .servers import Conn, HostileServer, Request, deep_array, deep_error, deep_in_object, item_key
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -51,22 +44,18 @@ def answer_with(status: int, body: Callable[[Request], bytes]) -> Callable[[Conn
 @pytest.mark.parametrize("body", list(BODIES))
 @pytest.mark.parametrize("call", ["iter_folders", "iter_executions", "add_accounts", "create_folder"])
 def test_sync_hook_refuses_a_deep_success_body(
-    call: str, body: str, connect: Any, caplog: pytest.LogCaptureFixture
+    call: str, body: str, hostile: Against, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with HostileServer(answer_with(200, BODIES[body])) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = failure(sync_call(conn_id, call))
-    assert_api_error(err, elapsed, kinds={"malformed"}, within=15, caplog=caplog)
+    run = hostile.call(answer_with(200, BODIES[body]), call, **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds={"malformed"}, within=15, caplog=caplog)
 
 
 @pytest.mark.parametrize("body", list(BODIES))
 async def test_async_hook_refuses_a_deep_success_body(
-    body: str, connect: Any, caplog: pytest.LogCaptureFixture
+    body: str, hostile: Against, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with HostileServer(answer_with(200, BODIES[body])) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = await afailure(async_call(conn_id, "iter_executions"))
-    assert_api_error(err, elapsed, kinds={"malformed"}, within=15, caplog=caplog)
+    run = await hostile.acall(answer_with(200, BODIES[body]), "iter_executions", **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds={"malformed"}, within=15, caplog=caplog)
 
 
 def _moderately_deep(req: Request) -> bytes:
@@ -80,26 +69,21 @@ def _moderately_deep(req: Request) -> bytes:
     )
 
 
-def test_sync_hook_refuses_json_deeper_than_the_limit(connect: Any) -> None:
-    with HostileServer(answer_with(200, _moderately_deep)) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = failure(sync_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds={"malformed"}, within=15)
+def test_sync_hook_refuses_json_deeper_than_the_limit(hostile: Against) -> None:
+    run = hostile.call(answer_with(200, _moderately_deep), "iter_folders", **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds={"malformed"}, within=15)
 
 
-async def test_async_hook_refuses_json_deeper_than_the_limit(connect: Any) -> None:
-    with HostileServer(answer_with(200, _moderately_deep)) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = await afailure(async_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds={"malformed"}, within=15)
+async def test_async_hook_refuses_json_deeper_than_the_limit(hostile: Against) -> None:
+    run = await hostile.acall(answer_with(200, _moderately_deep), "iter_folders", **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds={"malformed"}, within=15)
 
 
-def test_max_json_depth_setting_is_honoured(connect: Any) -> None:
+def test_max_json_depth_setting_is_honoured(connect: Any, hostile: Against) -> None:
     nested = b'{"folders": [{"uuid": "u1", "name": {"a": {"b": {"c": 1}}}}], "nextPageToken": ""}'
+    run = hostile.call(answer_with(200, lambda req: nested), "iter_folders", **SETTINGS, max_json_depth=4)
+    assert_api_error(run.err, run.elapsed, kinds={"malformed"}, within=15)
     with HostileServer(answer_with(200, lambda req: nested)) as srv:
-        shallow = connect(srv.url, **SETTINGS, max_json_depth=4)
-        err, elapsed = failure(sync_call(shallow, "iter_folders"))
-        assert_api_error(err, elapsed, kinds={"malformed"}, within=15)
         default = connect(srv.url, **SETTINGS)
         assert [f["uuid"] for f in sync_call(default, "iter_folders")()] == ["u1"]
 
@@ -110,49 +94,41 @@ def test_max_json_depth_setting_is_honoured(connect: Any) -> None:
 @pytest.mark.parametrize("body", list(ERROR_BODIES))
 @pytest.mark.parametrize("status", [400, 503])
 def test_sync_hook_reads_a_deep_error_body(
-    status: int, body: str, connect: Any, caplog: pytest.LogCaptureFixture
+    status: int, body: str, hostile: Against, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with HostileServer(answer_with(status, ERROR_BODIES[body])) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = failure(sync_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds=None, within=15, http_status=status)
+    run = hostile.call(answer_with(status, ERROR_BODIES[body]), "iter_folders", **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds=None, within=15, http_status=status)
     expected = SETTINGS["max_attempts"] if status == 503 else 1
-    assert srv.request_count == expected, f"{srv.request_count} requests, expected {expected}"
-    assert_api_error(err, elapsed, kinds={"answer"}, within=15, caplog=caplog)
+    assert run.server.request_count == expected, f"{run.server.request_count} requests, expected {expected}"
+    assert_api_error(run.err, run.elapsed, kinds={"answer"}, within=15, caplog=caplog)
 
 
 @pytest.mark.parametrize("status", [400, 503])
-def test_sync_write_reads_a_deep_error_body(status: int, connect: Any) -> None:
-    with HostileServer(answer_with(status, ERROR_BODIES["in-details"])) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = failure(sync_call(conn_id, "add_accounts"))
-    assert_api_error(err, elapsed, kinds=None, within=15, http_status=status)
-    assert srv.request_count == (SETTINGS["max_attempts"] if status == 503 else 1)
-    assert_api_error(err, elapsed, kinds={"answer"}, within=15)
+def test_sync_write_reads_a_deep_error_body(status: int, hostile: Against) -> None:
+    run = hostile.call(answer_with(status, ERROR_BODIES["in-details"]), "add_accounts", **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds=None, within=15, http_status=status)
+    assert run.server.request_count == (SETTINGS["max_attempts"] if status == 503 else 1)
+    assert_api_error(run.err, run.elapsed, kinds={"answer"}, within=15)
 
 
 @pytest.mark.parametrize("body", list(ERROR_BODIES))
 @pytest.mark.parametrize("status", [400, 503])
 async def test_async_hook_reads_a_deep_error_body(
-    status: int, body: str, connect: Any, caplog: pytest.LogCaptureFixture
+    status: int, body: str, hostile: Against, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with HostileServer(answer_with(status, ERROR_BODIES[body])) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = await afailure(async_call(conn_id, "iter_executions"))
-    assert_api_error(err, elapsed, kinds=None, within=15, http_status=status)
-    assert srv.request_count == (SETTINGS["max_attempts"] if status == 503 else 1)
-    assert_api_error(err, elapsed, kinds={"answer"}, within=15, caplog=caplog)
+    run = await hostile.acall(answer_with(status, ERROR_BODIES[body]), "iter_executions", **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds=None, within=15, http_status=status)
+    assert run.server.request_count == (SETTINGS["max_attempts"] if status == 503 else 1)
+    assert_api_error(run.err, run.elapsed, kinds={"answer"}, within=15, caplog=caplog)
 
 
 @pytest.mark.parametrize("body", list(ERROR_BODIES))
 @pytest.mark.parametrize("status", [400, 503])
 def test_download_reads_a_deep_error_body(
-    status: int, body: str, connect: Any, caplog: pytest.LogCaptureFixture
+    status: int, body: str, hostile: Against, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with HostileServer(refuse) as api, HostileServer(answer_with(status, ERROR_BODIES[body])) as storage:
-        conn_id = connect(api.url, **SETTINGS)
-        err, elapsed = failure(download_call(conn_id, signed_link(storage.url)))
-    assert_api_error(err, elapsed, kinds=None, within=15, http_status=status)
-    assert storage.request_count == (SETTINGS["max_attempts"] if status == 503 else 1)
-    assert api.request_count == 0
-    assert_api_error(err, elapsed, kinds={"answer"}, within=15, caplog=caplog)
+    run = hostile.download(answer_with(status, ERROR_BODIES[body]), **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds=None, within=15, http_status=status)
+    assert run.server.request_count == (SETTINGS["max_attempts"] if status == 503 else 1)
+    assert run.api.request_count == 0
+    assert_api_error(run.err, run.elapsed, kinds={"answer"}, within=15, caplog=caplog)

@@ -14,19 +14,9 @@ from typing import Any
 
 import pytest
 
-from .checks import (
-    afailure,
-    assert_api_error,
-    assert_short_message,
-    async_call,
-    atraced_peak,
-    download_call,
-    failure,
-    signed_link,
-    sync_call,
-    traced_peak,
-)
-from .servers import Conn, HostileServer, MiB, Request, error_body, refuse
+from .checks import assert_api_error, assert_short_message
+from .runs import Against, Run
+from .servers import Conn, MiB, Request, error_body
 
 pytestmark = pytest.mark.timeout(45)
 
@@ -65,25 +55,19 @@ def small_error(conn: Conn, req: Request) -> None:
 
 
 @pytest.fixture
-def warm(connect: Any) -> Callable[[], None]:
+def warm(hostile: Against) -> Callable[[], None]:
     """One small failing call of each kind first, so imports and first-use set-up are not measured."""
 
     def sync() -> None:
-        with HostileServer(small_error) as srv:
-            conn_id = connect(srv.url, **SETTINGS)
-            failure(sync_call(conn_id, "iter_folders"))
-            failure(download_call(conn_id, signed_link(srv.url)))
+        hostile.call(small_error, "iter_folders", **SETTINGS)
+        hostile.download(small_error, **SETTINGS)
 
     return sync
 
 
-async def _warm_async(connect: Any) -> None:
-    with HostileServer(small_error) as srv:
-        await afailure(async_call(connect(srv.url, **SETTINGS), "iter_folders"))
-
-
-def check(err: Any, elapsed: float, peak: int, srv: HostileServer, status: int, caplog: Any) -> None:
-    srv.wait_idle(10)
+def check(run: Run, status: int, caplog: Any) -> None:
+    """A short ``answer`` error, little of the page pushed (the run waited for the server to be idle)."""
+    err, elapsed, peak, srv = run.err, run.elapsed, run.peak, run.server
     assert_api_error(err, elapsed, kinds=None, within=30, http_status=status)
     assert srv.max_bytes_per_connection < MAX_SENT, (
         f"the client read the error page: the server pushed {srv.max_bytes_per_connection / MiB:.1f} MiB"
@@ -104,49 +88,53 @@ def check(err: Any, elapsed: float, peak: int, srv: HostileServer, status: int, 
     ],
 )
 def test_sync_hook_reads_little_of_a_huge_error(
-    status: int, framing: str, call: str, connect: Any, warm: Callable[[], None], caplog: Any
+    status: int, framing: str, call: str, hostile: Against, warm: Callable[[], None], caplog: Any
 ) -> None:
     warm()
-    with HostileServer(huge_error(status, framing)) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed, peak = traced_peak(sync_call(conn_id, call))
-        check(err, elapsed, peak, srv, status, caplog)
+    run = hostile.call(huge_error(status, framing), call, traced=True, idle=10, **SETTINGS)
+    check(run, status, caplog)
     if status == 503:
-        assert srv.request_count == SETTINGS["max_attempts"], "a 503 is retried whatever its body"
+        assert run.server.request_count == SETTINGS["max_attempts"], "a 503 is retried whatever its body"
 
 
 @pytest.mark.parametrize(("status", "framing"), [(400, "length"), (400, "chunked"), (503, "length")])
 async def test_async_hook_reads_little_of_a_huge_error(
-    status: int, framing: str, connect: Any, caplog: Any
+    status: int, framing: str, hostile: Against, caplog: Any
 ) -> None:
-    await _warm_async(connect)
-    with HostileServer(huge_error(status, framing)) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed, peak = await atraced_peak(async_call(conn_id, "iter_executions"))
-        check(err, elapsed, peak, srv, status, caplog)
+    await hostile.acall(small_error, "iter_folders", **SETTINGS)  # imports and first use, not measured
+    run = await hostile.acall(
+        huge_error(status, framing), "iter_executions", traced=True, idle=10, **SETTINGS
+    )
+    check(run, status, caplog)
     if status == 503:
-        assert srv.request_count == SETTINGS["max_attempts"]
+        assert run.server.request_count == SETTINGS["max_attempts"]
 
 
 @pytest.mark.parametrize(("status", "framing"), [(400, "length"), (404, "close"), (503, "chunked")])
 def test_download_reads_little_of_a_huge_error(
-    status: int, framing: str, connect: Any, warm: Callable[[], None], caplog: Any
+    status: int, framing: str, hostile: Against, warm: Callable[[], None], caplog: Any
 ) -> None:
     warm()
-    with HostileServer(refuse) as api, HostileServer(huge_error(status, framing)) as storage:
-        conn_id = connect(api.url, **SETTINGS)
-        err, elapsed, peak = traced_peak(download_call(conn_id, signed_link(storage.url)))
-        check(err, elapsed, peak, storage, status, caplog)
-    assert api.request_count == 0
+    run = hostile.download(huge_error(status, framing), traced=True, idle=10, **SETTINGS)
+    check(run, status, caplog)
+    assert run.api.request_count == 0
     if status == 503:
-        assert storage.request_count == SETTINGS["max_attempts"]
+        assert run.server.request_count == SETTINGS["max_attempts"]
 
 
-def test_max_error_bytes_setting_bounds_the_read(connect: Any, warm: Callable[[], None], caplog: Any) -> None:
+def test_max_error_bytes_setting_bounds_the_read(
+    hostile: Against, warm: Callable[[], None], caplog: Any
+) -> None:
     """A smaller ``max_error_bytes`` reads less still; the message stays short."""
     warm()
-    with HostileServer(huge_error(400), sndbuf=64 << 10) as srv:
-        conn_id = connect(srv.url, **SETTINGS, max_error_bytes=1024)
-        err, elapsed, peak = traced_peak(sync_call(conn_id, "iter_folders"))
-        check(err, elapsed, peak, srv, 400, caplog)
-        assert srv.max_bytes_per_connection < 4 * MiB
+    run = hostile.call(
+        huge_error(400),
+        "iter_folders",
+        server={"sndbuf": 64 << 10},
+        traced=True,
+        idle=10,
+        **SETTINGS,
+        max_error_bytes=1024,
+    )
+    check(run, 400, caplog)
+    assert run.server.max_bytes_per_connection < 4 * MiB

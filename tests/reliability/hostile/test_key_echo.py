@@ -16,18 +16,9 @@ from typing import Any
 
 import pytest
 
-from .checks import (
-    KEY,
-    afailure,
-    assert_api_error,
-    assert_no_secret,
-    async_call,
-    download_call,
-    failure,
-    signed_link,
-    sync_call,
-)
-from .servers import Conn, HostileServer, Request, error_body, refuse
+from .checks import KEY, assert_api_error, assert_no_secret
+from .runs import Against
+from .servers import Conn, Request, error_body
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -85,71 +76,64 @@ def settings(auth_type: str) -> dict[str, Any]:
 @pytest.mark.parametrize("auth_type", ["bearer", "basic"])
 @pytest.mark.parametrize("where", WHERES)
 def test_sync_hook_hides_an_echoed_key(
-    where: str, auth_type: str, connect: Any, caplog: pytest.LogCaptureFixture
+    where: str, auth_type: str, hostile: Against, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with HostileServer(echo_handler(where)) as srv:
-        conn_id = connect(srv.url, **settings(auth_type))
-        err, elapsed = failure(sync_call(conn_id, "iter_folders"))
-    assert srv.requests and srv.requests[0].header("authorization"), "the API got the credential"
-    assert_hidden(err, elapsed, where, caplog)
+    run = hostile.call(echo_handler(where), "iter_folders", **settings(auth_type))
+    assert run.server.requests and run.server.requests[0].header("authorization"), (
+        "the API got the credential"
+    )
+    assert_hidden(run.err, run.elapsed, where, caplog)
 
 
 @pytest.mark.parametrize("call", ["add_accounts", "create_folder"])
 @pytest.mark.parametrize("where", ["status", "x-request-id", "xml-code"])
 def test_sync_writes_hide_an_echoed_key(
-    where: str, call: str, connect: Any, caplog: pytest.LogCaptureFixture
+    where: str, call: str, hostile: Against, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with HostileServer(echo_handler(where)) as srv:
-        conn_id = connect(srv.url, **settings("basic"))
-        err, elapsed = failure(sync_call(conn_id, call))
-    assert_hidden(err, elapsed, where, caplog)
+    run = hostile.call(echo_handler(where), call, **settings("basic"))
+    assert_hidden(run.err, run.elapsed, where, caplog)
 
 
 @pytest.mark.parametrize("auth_type", ["bearer", "basic"])
 @pytest.mark.parametrize("where", WHERES)
 async def test_async_hook_hides_an_echoed_key(
-    where: str, auth_type: str, connect: Any, caplog: pytest.LogCaptureFixture
+    where: str, auth_type: str, hostile: Against, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with HostileServer(echo_handler(where)) as srv:
-        conn_id = connect(srv.url, **settings(auth_type))
-        err, elapsed = await afailure(async_call(conn_id, "iter_executions"))
-    assert srv.requests and srv.requests[0].header("authorization"), "the API got the credential"
-    assert_hidden(err, elapsed, where, caplog)
+    run = await hostile.acall(echo_handler(where), "iter_executions", **settings(auth_type))
+    assert run.server.requests and run.server.requests[0].header("authorization"), (
+        "the API got the credential"
+    )
+    assert_hidden(run.err, run.elapsed, where, caplog)
 
 
 @pytest.mark.parametrize("where", [w for w in WHERES if w != "non-json-200"])
 def test_download_hides_an_echoed_key_and_signature(
-    where: str, connect: Any, caplog: pytest.LogCaptureFixture
+    where: str, hostile: Against, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with HostileServer(refuse) as api, HostileServer(echo_handler(where)) as storage:
-        conn_id = connect(api.url, **settings("basic"))
-        err, elapsed = failure(download_call(conn_id, signed_link(storage.url)))
-    assert api.request_count == 0
+    run = hostile.download(echo_handler(where), **settings("basic"))
+    storage = run.server
+    assert run.api.request_count == 0
     assert storage.requests and all(r.header("authorization") is None for r in storage.requests), (
         "the key went to the storage origin"
     )
-    assert_hidden(err, elapsed, where, caplog)
+    assert_hidden(run.err, run.elapsed, where, caplog)
 
 
 def test_operator_download_hides_an_echoed_signature(
-    connect: Any, caplog: pytest.LogCaptureFixture, destination: Path, operator_download: Any
+    hostile: Against, caplog: pytest.LogCaptureFixture, destination: Path
 ) -> None:
-    with HostileServer(refuse) as api, HostileServer(echo_handler("xml-code")) as storage:
-        conn_id = connect(api.url, **settings("bearer"))
-        err, elapsed = failure(operator_download(conn_id, signed_link(storage.url)))
+    run = hostile.download(echo_handler("xml-code"), operator=True, **settings("bearer"))
     assert not destination.exists()
-    assert_hidden(err, elapsed, "xml-code", caplog)
+    assert_hidden(run.err, run.elapsed, "xml-code", caplog)
 
 
 def _csv(conn: Conn, req: Request) -> None:
     conn.answer(200, b"date,clicks\n2026-01-01,1\n", {"ETag": '"c1"'}, content_type="text/csv")
 
 
-def test_successful_download_logs_no_signature(connect: Any, caplog: pytest.LogCaptureFixture) -> None:
+def test_successful_download_logs_no_signature(hostile: Against, caplog: pytest.LogCaptureFixture) -> None:
     """The link's query is a credential for the file: no log line at any level carries it."""
-    with HostileServer(refuse) as api, HostileServer(_csv) as storage:
-        conn_id = connect(api.url, **settings("bearer"))
-        err, _ = failure(download_call(conn_id, signed_link(storage.url)))
-    assert err is None, f"the download failed: {err!r}"
-    assert storage.requests[0].param("X-Amz-Signature"), "the signature was sent to the storage origin"
+    run = hostile.download(_csv, **settings("bearer"))
+    assert run.err is None, f"the download failed: {run.err!r}"
+    assert run.server.requests[0].param("X-Amz-Signature"), "the signature was sent to the storage origin"
     assert_no_secret(None, caplog)

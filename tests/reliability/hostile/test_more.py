@@ -18,19 +18,14 @@ import pytest
 
 from .checks import (
     KEY,
-    afailure,
     assert_api_error,
     assert_no_secret,
     assert_short_message,
-    async_call,
-    atraced_peak,
-    download_call,
     failure,
-    signed_link,
     sync_call,
-    traced_peak,
     trigger_events,
 )
+from .runs import Against
 from .servers import Conn, HostileServer, MiB, Request, error_body, head_bytes, page, refuse
 
 pytestmark = pytest.mark.timeout(30)
@@ -55,29 +50,23 @@ def folders_page(req: Request) -> bytes:
 # --- broken connections and framing -------------------------------------------------------------------
 
 
-def test_sync_connection_closed_on_accept(connect: Any, caplog: pytest.LogCaptureFixture) -> None:
-    with HostileServer(refuse, close_on_accept=True) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = failure(sync_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds={"lost", "connect"}, within=BOUND, http_status=None)
-    assert srv.connection_count == SETTINGS["max_attempts"]
-    assert_no_secret(err, caplog)
+def test_sync_connection_closed_on_accept(hostile: Against, caplog: pytest.LogCaptureFixture) -> None:
+    run = hostile.call(refuse, "iter_folders", server={"close_on_accept": True}, **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds={"lost", "connect"}, within=BOUND, http_status=None)
+    assert run.server.connection_count == SETTINGS["max_attempts"]
+    assert_no_secret(run.err, caplog)
 
 
-async def test_async_connection_closed_on_accept(connect: Any, caplog: pytest.LogCaptureFixture) -> None:
-    with HostileServer(refuse, close_on_accept=True) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = await afailure(async_call(conn_id, "iter_executions"))
-    assert_api_error(err, elapsed, kinds={"lost", "connect"}, within=BOUND, http_status=None)
-    assert_no_secret(err, caplog)
+async def test_async_connection_closed_on_accept(hostile: Against, caplog: pytest.LogCaptureFixture) -> None:
+    run = await hostile.acall(refuse, "iter_executions", server={"close_on_accept": True}, **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds={"lost", "connect"}, within=BOUND, http_status=None)
+    assert_no_secret(run.err, caplog)
 
 
-def test_download_connection_closed_on_accept(connect: Any) -> None:
-    with HostileServer(refuse) as api, HostileServer(refuse, close_on_accept=True) as storage:
-        conn_id = connect(api.url, **SETTINGS)
-        err, elapsed = failure(download_call(conn_id, signed_link(storage.url)))
-    assert_api_error(err, elapsed, kinds={"lost", "connect"}, within=BOUND, http_status=None)
-    assert storage.connection_count == SETTINGS["max_attempts"]
+def test_download_connection_closed_on_accept(hostile: Against) -> None:
+    run = hostile.download(refuse, server={"close_on_accept": True}, **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds={"lost", "connect"}, within=BOUND, http_status=None)
+    assert run.server.connection_count == SETTINGS["max_attempts"]
 
 
 def test_sync_connection_refused(connect: Any) -> None:
@@ -98,29 +87,23 @@ GARBAGE = {
 
 @pytest.mark.parametrize("garbage", list(GARBAGE))
 def test_sync_garbage_instead_of_a_status_line(
-    garbage: str, connect: Any, caplog: pytest.LogCaptureFixture
+    garbage: str, hostile: Against, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with HostileServer(raw(GARBAGE[garbage])) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = failure(sync_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds={"lost", "malformed"}, within=BOUND)
-    assert srv.request_count <= SETTINGS["max_attempts"]
-    assert_no_secret(err, caplog)
+    run = hostile.call(raw(GARBAGE[garbage]), "iter_folders", **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds={"lost", "malformed"}, within=BOUND)
+    assert run.server.request_count <= SETTINGS["max_attempts"]
+    assert_no_secret(run.err, caplog)
 
 
 @pytest.mark.parametrize("garbage", ["ssh-banner", "binary"])
-async def test_async_garbage_instead_of_a_status_line(garbage: str, connect: Any) -> None:
-    with HostileServer(raw(GARBAGE[garbage])) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = await afailure(async_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds={"lost", "malformed"}, within=BOUND)
+async def test_async_garbage_instead_of_a_status_line(garbage: str, hostile: Against) -> None:
+    run = await hostile.acall(raw(GARBAGE[garbage]), "iter_folders", **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds={"lost", "malformed"}, within=BOUND)
 
 
-def test_download_garbage_instead_of_a_status_line(connect: Any) -> None:
-    with HostileServer(refuse) as api, HostileServer(raw(GARBAGE["ssh-banner"])) as storage:
-        conn_id = connect(api.url, **SETTINGS)
-        err, elapsed = failure(download_call(conn_id, signed_link(storage.url)))
-    assert_api_error(err, elapsed, kinds={"lost", "malformed"}, within=BOUND)
+def test_download_garbage_instead_of_a_status_line(hostile: Against) -> None:
+    run = hostile.download(raw(GARBAGE["ssh-banner"]), **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds={"lost", "malformed"}, within=BOUND)
 
 
 CONTENT_LENGTHS = {"invalid": "abc", "negative": "-5", "huge": str(10**30), "two-values": "2, 40"}
@@ -135,38 +118,28 @@ def bad_length(value: str) -> Callable[[Conn, Request], None]:
 
 
 @pytest.mark.parametrize("length", list(CONTENT_LENGTHS))
-def test_sync_bad_content_length(length: str, connect: Any) -> None:
-    with HostileServer(bad_length(CONTENT_LENGTHS[length])) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = failure(sync_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds={"malformed", "lost", "too_large"}, within=BOUND)
+def test_sync_bad_content_length(length: str, hostile: Against) -> None:
+    run = hostile.call(bad_length(CONTENT_LENGTHS[length]), "iter_folders", **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds={"malformed", "lost", "too_large"}, within=BOUND)
 
 
 @pytest.mark.parametrize("length", ["invalid", "huge"])
-async def test_async_bad_content_length(length: str, connect: Any) -> None:
-    with HostileServer(bad_length(CONTENT_LENGTHS[length])) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = await afailure(async_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds={"malformed", "lost", "too_large"}, within=BOUND)
+async def test_async_bad_content_length(length: str, hostile: Against) -> None:
+    run = await hostile.acall(bad_length(CONTENT_LENGTHS[length]), "iter_folders", **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds={"malformed", "lost", "too_large"}, within=BOUND)
 
 
 @pytest.mark.parametrize("length", ["invalid", "negative", "huge"])
-def test_download_bad_content_length(
-    length: str, connect: Any, destination: Path, operator_download: Any
-) -> None:
-    with HostileServer(refuse) as api, HostileServer(bad_length(CONTENT_LENGTHS[length])) as storage:
-        conn_id = connect(api.url, **SETTINGS)
-        err, elapsed = failure(operator_download(conn_id, signed_link(storage.url)))
-    assert_api_error(err, elapsed, kinds={"malformed", "lost", "too_large"}, within=BOUND)
+def test_download_bad_content_length(length: str, hostile: Against, destination: Path) -> None:
+    run = hostile.download(bad_length(CONTENT_LENGTHS[length]), operator=True, **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds={"malformed", "lost", "too_large"}, within=BOUND)
     assert not destination.exists()
 
 
-def test_sync_body_shorter_than_content_length(connect: Any) -> None:
-    with HostileServer(bad_length("5000")) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = failure(sync_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds={"lost"}, within=BOUND)
-    assert srv.request_count == SETTINGS["max_attempts"], "a GET that lost its answer is retried"
+def test_sync_body_shorter_than_content_length(hostile: Against) -> None:
+    run = hostile.call(bad_length("5000"), "iter_folders", **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds={"lost"}, within=BOUND)
+    assert run.server.request_count == SETTINGS["max_attempts"], "a GET that lost its answer is retried"
 
 
 def huge_headers(kind: str) -> Callable[[Conn, Request], None]:
@@ -185,20 +158,16 @@ def huge_headers(kind: str) -> Callable[[Conn, Request], None]:
 
 
 @pytest.mark.parametrize("kind", ["one-line", "many"])
-def test_sync_one_mib_of_headers(kind: str, connect: Any) -> None:
-    with HostileServer(huge_headers(kind)) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed, peak = traced_peak(sync_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds={"malformed", "too_large", "lost"}, within=BOUND)
-    assert peak < 10 * MiB, f"peak {peak / MiB:.1f} MiB"
+def test_sync_one_mib_of_headers(kind: str, hostile: Against) -> None:
+    run = hostile.call(huge_headers(kind), "iter_folders", traced=True, **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds={"malformed", "too_large", "lost"}, within=BOUND)
+    assert run.peak < 10 * MiB, f"peak {run.peak / MiB:.1f} MiB"
 
 
 @pytest.mark.parametrize("kind", ["one-line", "many"])
-async def test_async_one_mib_of_headers(kind: str, connect: Any) -> None:
-    with HostileServer(huge_headers(kind)) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = await afailure(async_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds={"malformed", "too_large", "lost"}, within=BOUND)
+async def test_async_one_mib_of_headers(kind: str, hostile: Against) -> None:
+    run = await hostile.acall(huge_headers(kind), "iter_folders", **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds={"malformed", "too_large", "lost"}, within=BOUND)
 
 
 def endless_interim(conn: Conn, req: Request) -> None:
@@ -209,11 +178,9 @@ def endless_interim(conn: Conn, req: Request) -> None:
             return
 
 
-def test_sync_endless_interim_answers_hit_the_deadline(connect: Any) -> None:
-    with HostileServer(endless_interim) as srv:
-        conn_id = connect(srv.url, request_timeout=1, max_attempts=1)
-        err, elapsed = failure(sync_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds={"timeout", "malformed"}, within=BOUND)
+def test_sync_endless_interim_answers_hit_the_deadline(hostile: Against) -> None:
+    run = hostile.call(endless_interim, "iter_folders", request_timeout=1, max_attempts=1)
+    assert_api_error(run.err, run.elapsed, kinds={"timeout", "malformed"}, within=BOUND)
 
 
 # --- oversized success bodies and a gzip bomb ---------------------------------------------------------------
@@ -236,25 +203,30 @@ def big_json(size: int, *, framing: str) -> Callable[[Conn, Request], None]:
 
 
 @pytest.mark.parametrize("framing", ["length", "close"])
-def test_sync_success_body_over_max_response_bytes(framing: str, connect: Any) -> None:
-    with HostileServer(big_json(20 * MiB, framing=framing)) as srv:
-        conn_id = connect(srv.url, **SETTINGS, max_response_bytes=MiB)
-        err, elapsed, peak = traced_peak(sync_call(conn_id, "iter_folders"))
-        srv.wait_idle(10)
-    assert_api_error(err, elapsed, kinds=None, within=BOUND)
-    assert srv.max_bytes_per_connection < 8 * MiB, f"{srv.max_bytes_per_connection / MiB:.1f} MiB pushed"
-    assert peak < 10 * MiB, f"peak {peak / MiB:.1f} MiB"
-    assert_api_error(err, elapsed, kinds={"too_large"}, within=BOUND)
+def test_sync_success_body_over_max_response_bytes(framing: str, hostile: Against) -> None:
+    run = hostile.call(
+        big_json(20 * MiB, framing=framing),
+        "iter_folders",
+        traced=True,
+        idle=10,
+        **SETTINGS,
+        max_response_bytes=MiB,
+    )
+    assert_api_error(run.err, run.elapsed, kinds=None, within=BOUND)
+    assert run.server.max_bytes_per_connection < 8 * MiB, (
+        f"{run.server.max_bytes_per_connection / MiB:.1f} MiB pushed"
+    )
+    assert run.peak < 10 * MiB, f"peak {run.peak / MiB:.1f} MiB"
+    assert_api_error(run.err, run.elapsed, kinds={"too_large"}, within=BOUND)
 
 
-async def test_async_success_body_over_max_response_bytes(connect: Any) -> None:
-    with HostileServer(big_json(20 * MiB, framing="length")) as srv:
-        conn_id = connect(srv.url, **SETTINGS, max_response_bytes=MiB)
-        err, elapsed = await afailure(async_call(conn_id, "iter_folders"))
-        srv.wait_idle(10)
-    assert_api_error(err, elapsed, kinds=None, within=BOUND)
-    assert srv.max_bytes_per_connection < 8 * MiB
-    assert_api_error(err, elapsed, kinds={"too_large"}, within=BOUND)
+async def test_async_success_body_over_max_response_bytes(hostile: Against) -> None:
+    run = await hostile.acall(
+        big_json(20 * MiB, framing="length"), "iter_folders", idle=10, **SETTINGS, max_response_bytes=MiB
+    )
+    assert_api_error(run.err, run.elapsed, kinds=None, within=BOUND)
+    assert run.server.max_bytes_per_connection < 8 * MiB
+    assert_api_error(run.err, run.elapsed, kinds={"too_large"}, within=BOUND)
 
 
 @functools.lru_cache(maxsize=1)
@@ -285,29 +257,25 @@ def bomb(status: int) -> Callable[[Conn, Request], None]:
 
 
 @pytest.mark.parametrize("status", [200, 400])
-def test_sync_gzip_bomb(status: int, connect: Any, caplog: pytest.LogCaptureFixture) -> None:
+def test_sync_gzip_bomb(status: int, hostile: Against, caplog: pytest.LogCaptureFixture) -> None:
     gzip_bomb()  # built before the measurement
-    with HostileServer(bomb(status)) as srv:
-        conn_id = connect(srv.url, **SETTINGS, max_response_bytes=MiB)
-        err, elapsed, peak = traced_peak(sync_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds=None, within=BOUND)
-    assert peak < 10 * MiB, f"peak {peak / MiB:.1f} MiB: the bomb was inflated"
+    run = hostile.call(bomb(status), "iter_folders", traced=True, **SETTINGS, max_response_bytes=MiB)
+    assert_api_error(run.err, run.elapsed, kinds=None, within=BOUND)
+    assert run.peak < 10 * MiB, f"peak {run.peak / MiB:.1f} MiB: the bomb was inflated"
     expected = {"too_large", "malformed"} if status == 200 else {"answer"}
-    assert_api_error(err, elapsed, kinds=expected, within=BOUND)
-    assert_short_message(err)
-    assert_no_secret(err, caplog)
+    assert_api_error(run.err, run.elapsed, kinds=expected, within=BOUND)
+    assert_short_message(run.err)
+    assert_no_secret(run.err, caplog)
 
 
-async def test_async_gzip_bomb(connect: Any) -> None:
+async def test_async_gzip_bomb(hostile: Against) -> None:
     gzip_bomb()
-    with HostileServer(lambda conn, req: conn.answer(400, error_body(400, "X", "warm-up"))) as warm:
-        await afailure(async_call(connect(warm.url, **SETTINGS), "iter_folders"))  # imports, first use
-    with HostileServer(bomb(200)) as srv:
-        conn_id = connect(srv.url, **SETTINGS, max_response_bytes=MiB)
-        err, elapsed, peak = await atraced_peak(async_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds=None, within=BOUND)
-    assert peak < 10 * MiB, f"peak {peak / MiB:.1f} MiB: the bomb was inflated"
-    assert_api_error(err, elapsed, kinds={"too_large", "malformed"}, within=BOUND)
+    warm_up = lambda conn, req: conn.answer(400, error_body(400, "X", "warm-up"))  # noqa: E731
+    await hostile.acall(warm_up, "iter_folders", **SETTINGS)  # imports, first use
+    run = await hostile.acall(bomb(200), "iter_folders", traced=True, **SETTINGS, max_response_bytes=MiB)
+    assert_api_error(run.err, run.elapsed, kinds=None, within=BOUND)
+    assert run.peak < 10 * MiB, f"peak {run.peak / MiB:.1f} MiB: the bomb was inflated"
+    assert_api_error(run.err, run.elapsed, kinds={"too_large", "malformed"}, within=BOUND)
 
 
 # --- Retry-After ------------------------------------------------------------------------------------------
@@ -323,58 +291,50 @@ def limited(retry_after: str) -> Callable[[Conn, Request], None]:
 @pytest.mark.parametrize(
     "value", ["999999999", "Fri, 31 Dec 9999 23:59:59 GMT", "1e308"], ids=["seconds", "date", "float"]
 )
-def test_sync_enormous_retry_after_ends_at_once(value: str, connect: Any) -> None:
-    with HostileServer(limited(value)) as srv:
-        conn_id = connect(srv.url, max_attempts=5, retry_max_wait=2)
-        err, elapsed = failure(sync_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds={"answer"}, within=5, http_status=429)
-    assert srv.request_count == 1, "a Retry-After beyond retry_max_wait ends the call at once"
-    assert "retry" in str(err).lower() and "after" in str(err).lower(), f"the message does not say why: {err}"
+def test_sync_enormous_retry_after_ends_at_once(value: str, hostile: Against) -> None:
+    run = hostile.call(limited(value), "iter_folders", max_attempts=5, retry_max_wait=2)
+    assert_api_error(run.err, run.elapsed, kinds={"answer"}, within=5, http_status=429)
+    assert run.server.request_count == 1, "a Retry-After beyond retry_max_wait ends the call at once"
+    assert "retry" in str(run.err).lower() and "after" in str(run.err).lower(), (
+        f"the message does not say why: {run.err}"
+    )
 
 
-async def test_async_enormous_retry_after_ends_at_once(connect: Any) -> None:
-    with HostileServer(limited("999999999")) as srv:
-        conn_id = connect(srv.url, max_attempts=5, retry_max_wait=2)
-        err, elapsed = await afailure(async_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds={"answer"}, within=5, http_status=429)
-    assert srv.request_count == 1
-    assert "retry" in str(err).lower() and "after" in str(err).lower(), f"the message does not say why: {err}"
+async def test_async_enormous_retry_after_ends_at_once(hostile: Against) -> None:
+    run = await hostile.acall(limited("999999999"), "iter_folders", max_attempts=5, retry_max_wait=2)
+    assert_api_error(run.err, run.elapsed, kinds={"answer"}, within=5, http_status=429)
+    assert run.server.request_count == 1
+    assert "retry" in str(run.err).lower() and "after" in str(run.err).lower(), (
+        f"the message does not say why: {run.err}"
+    )
 
 
-def test_download_enormous_retry_after_ends_at_once(connect: Any) -> None:
-    with HostileServer(refuse) as api, HostileServer(limited("999999999")) as storage:
-        conn_id = connect(api.url, max_attempts=5, retry_max_wait=2)
-        err, elapsed = failure(download_call(conn_id, signed_link(storage.url)))
-    assert_api_error(err, elapsed, kinds={"answer"}, within=5, http_status=429)
-    assert storage.request_count == 1
+def test_download_enormous_retry_after_ends_at_once(hostile: Against) -> None:
+    run = hostile.download(limited("999999999"), max_attempts=5, retry_max_wait=2)
+    assert_api_error(run.err, run.elapsed, kinds={"answer"}, within=5, http_status=429)
+    assert run.server.request_count == 1
 
 
 @pytest.mark.parametrize("value", ["-5", "-1e9", "nan", "soon"])
-def test_sync_negative_or_unreadable_retry_after_is_ordinary_backoff(value: str, connect: Any) -> None:
-    with HostileServer(limited(value)) as srv:
-        conn_id = connect(srv.url, max_attempts=3, retry_max_wait=0.2)
-        err, elapsed = failure(sync_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds={"answer"}, within=BOUND, http_status=429)
-    assert srv.request_count == 3
+def test_sync_negative_or_unreadable_retry_after_is_ordinary_backoff(value: str, hostile: Against) -> None:
+    run = hostile.call(limited(value), "iter_folders", max_attempts=3, retry_max_wait=0.2)
+    assert_api_error(run.err, run.elapsed, kinds={"answer"}, within=BOUND, http_status=429)
+    assert run.server.request_count == 3
 
 
 # --- a 200 that is not the promised object, a 401 page ----------------------------------------------
 
 
 @pytest.mark.parametrize("body", [b"[]", b'"folders"', b"42", b"null", b"true", b'{"folders": "x"}'])
-def test_sync_success_that_is_not_an_object(body: bytes, connect: Any) -> None:
-    with HostileServer(lambda conn, req: conn.answer(200, body)) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = failure(sync_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds={"malformed"}, within=BOUND)
+def test_sync_success_that_is_not_an_object(body: bytes, hostile: Against) -> None:
+    run = hostile.call(lambda conn, req: conn.answer(200, body), "iter_folders", **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds={"malformed"}, within=BOUND)
 
 
 @pytest.mark.parametrize("body", [b"[]", b"42"])
-async def test_async_success_that_is_not_an_object(body: bytes, connect: Any) -> None:
-    with HostileServer(lambda conn, req: conn.answer(200, body)) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = await afailure(async_call(conn_id, "iter_executions"))
-    assert_api_error(err, elapsed, kinds={"malformed"}, within=BOUND)
+async def test_async_success_that_is_not_an_object(body: bytes, hostile: Against) -> None:
+    run = await hostile.acall(lambda conn, req: conn.answer(200, body), "iter_executions", **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds={"malformed"}, within=BOUND)
 
 
 def html_401(conn: Conn, req: Request) -> None:
@@ -388,24 +348,20 @@ def html_401(conn: Conn, req: Request) -> None:
 
 
 @pytest.mark.parametrize("auth_type", ["bearer", "basic"])
-def test_sync_401_html_page(auth_type: str, connect: Any, caplog: pytest.LogCaptureFixture) -> None:
-    with HostileServer(html_401) as srv:
-        conn_id = connect(srv.url, **SETTINGS, auth_type=auth_type)
-        err, elapsed = failure(sync_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds=None, within=BOUND, http_status=401)
-    assert srv.request_count == 1, "a 401 is not retried"
-    assert_short_message(err)
-    assert_api_error(err, elapsed, kinds={"answer"}, within=BOUND, caplog=caplog)
+def test_sync_401_html_page(auth_type: str, hostile: Against, caplog: pytest.LogCaptureFixture) -> None:
+    run = hostile.call(html_401, "iter_folders", **SETTINGS, auth_type=auth_type)
+    assert_api_error(run.err, run.elapsed, kinds=None, within=BOUND, http_status=401)
+    assert run.server.request_count == 1, "a 401 is not retried"
+    assert_short_message(run.err)
+    assert_api_error(run.err, run.elapsed, kinds={"answer"}, within=BOUND, caplog=caplog)
 
 
-async def test_async_401_html_page(connect: Any, caplog: pytest.LogCaptureFixture) -> None:
-    with HostileServer(html_401) as srv:
-        conn_id = connect(srv.url, **SETTINGS, auth_type="basic")
-        err, elapsed = await afailure(async_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds=None, within=BOUND, http_status=401)
-    assert srv.request_count == 1
-    assert_short_message(err)
-    assert_api_error(err, elapsed, kinds={"answer"}, within=BOUND, caplog=caplog)
+async def test_async_401_html_page(hostile: Against, caplog: pytest.LogCaptureFixture) -> None:
+    run = await hostile.acall(html_401, "iter_folders", **SETTINGS, auth_type="basic")
+    assert_api_error(run.err, run.elapsed, kinds=None, within=BOUND, http_status=401)
+    assert run.server.request_count == 1
+    assert_short_message(run.err)
+    assert_api_error(run.err, run.elapsed, kinds={"answer"}, within=BOUND, caplog=caplog)
 
 
 # --- the trigger against a server that never answers ------------------------------------------------
@@ -427,7 +383,7 @@ async def test_trigger_deadline_holds_during_a_request_that_never_answers(
     assert_no_secret(None, caplog, events=events)
 
 
-def test_sync_listing_with_pages_then_garbage(connect: Any) -> None:
+def test_sync_listing_with_pages_then_garbage(hostile: Against) -> None:
     """Two good pages, then a page that is not JSON: the error names the listing, kind malformed."""
 
     def handle(conn: Conn, req: Request) -> None:
@@ -436,8 +392,6 @@ def test_sync_listing_with_pages_then_garbage(connect: Any) -> None:
         else:
             conn.answer(200, b"<html>maintenance</html>", content_type="text/html")
 
-    with HostileServer(handle) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = failure(sync_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds={"malformed"}, within=BOUND)
-    assert "/accountLists/v2/folders" in str(err)
+    run = hostile.call(handle, "iter_folders", **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds={"malformed"}, within=BOUND)
+    assert "/accountLists/v2/folders" in str(run.err)

@@ -17,18 +17,8 @@ from typing import Any
 
 import pytest
 
-from .checks import (
-    ASYNC_CALLS,
-    KEY,
-    TYPE,
-    afailure,
-    assert_api_error,
-    assert_no_secret,
-    async_call,
-    failure,
-    sync_call,
-    trigger_events,
-)
+from .checks import ASYNC_CALLS, KEY, TYPE, assert_api_error, assert_no_secret, trigger_events
+from .runs import Against
 from .servers import Conn, HostileServer, Request, Tokens, item_key, page
 
 pytestmark = pytest.mark.timeout(30)
@@ -64,67 +54,73 @@ SYNC_LISTINGS = ["iter_folders", "iter_account_lists", "iter_executions"]
 
 
 @pytest.mark.parametrize("call", SYNC_LISTINGS)
-def test_sync_listing_stops_at_max_pages(call: str, connect: Any, caplog: pytest.LogCaptureFixture) -> None:
-    with HostileServer(endless(), max_requests=200) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = failure(sync_call(conn_id, call))
-    assert srv.request_count <= MAX_PAGES + 1, f"{srv.request_count} pages read with max_pages={MAX_PAGES}"
-    assert_api_error(err, elapsed, kinds={"paging"}, within=15, caplog=caplog)
+def test_sync_listing_stops_at_max_pages(
+    call: str, hostile: Against, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = hostile.call(endless(), call, server={"max_requests": 200}, **SETTINGS)
+    assert run.server.request_count <= MAX_PAGES + 1, (
+        f"{run.server.request_count} pages read with max_pages={MAX_PAGES}"
+    )
+    assert_api_error(run.err, run.elapsed, kinds={"paging"}, within=15, caplog=caplog)
 
 
 @pytest.mark.parametrize("call", ASYNC_CALLS)
 async def test_async_listing_stops_at_max_pages(
-    call: str, connect: Any, caplog: pytest.LogCaptureFixture
+    call: str, hostile: Against, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with HostileServer(endless(), max_requests=200) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = await afailure(async_call(conn_id, call))
-    assert srv.request_count <= MAX_PAGES + 1, f"{srv.request_count} pages read with max_pages={MAX_PAGES}"
-    assert_api_error(err, elapsed, kinds={"paging"}, within=15, caplog=caplog)
+    run = await hostile.acall(endless(), call, server={"max_requests": 200}, **SETTINGS)
+    assert run.server.request_count <= MAX_PAGES + 1, (
+        f"{run.server.request_count} pages read with max_pages={MAX_PAGES}"
+    )
+    assert_api_error(run.err, run.elapsed, kinds={"paging"}, within=15, caplog=caplog)
 
 
-def test_hook_argument_max_pages_wins_over_the_extra(connect: Any) -> None:
-    with HostileServer(endless(), max_requests=200) as srv:
-        conn_id = connect(srv.url, **{**SETTINGS, "max_pages": 1000})
-        err, elapsed = failure(sync_call(conn_id, "iter_folders", max_pages=5))
-    assert_api_error(err, elapsed, kinds={"paging"}, within=15)
-    assert srv.request_count <= 6
+def test_hook_argument_max_pages_wins_over_the_extra(hostile: Against) -> None:
+    run = hostile.call(
+        endless(),
+        "iter_folders",
+        server={"max_requests": 200},
+        hook={"max_pages": 5},
+        **{**SETTINGS, "max_pages": 1000},
+    )
+    assert_api_error(run.err, run.elapsed, kinds={"paging"}, within=15)
+    assert run.server.request_count <= 6
 
 
-def test_sync_listing_catches_a_token_cycle(connect: Any) -> None:
-    with HostileServer(cycling(3), max_requests=200) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = failure(sync_call(conn_id, "iter_executions"))
-    assert_api_error(err, elapsed, kinds=None, within=15)
-    assert srv.request_count <= 5, f"a cycle of 3 tokens took {srv.request_count} pages to notice"
-    assert_api_error(err, elapsed, kinds={"paging"}, within=15)
+def test_sync_listing_catches_a_token_cycle(hostile: Against) -> None:
+    run = hostile.call(cycling(3), "iter_executions", server={"max_requests": 200}, **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds=None, within=15)
+    assert run.server.request_count <= 5, (
+        f"a cycle of 3 tokens took {run.server.request_count} pages to notice"
+    )
+    assert_api_error(run.err, run.elapsed, kinds={"paging"}, within=15)
 
 
-async def test_async_listing_catches_a_token_cycle(connect: Any) -> None:
-    with HostileServer(cycling(3), max_requests=200) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = await afailure(async_call(conn_id, "iter_executions"))
-    assert_api_error(err, elapsed, kinds=None, within=15)
-    assert srv.request_count <= 5, f"a cycle of 3 tokens took {srv.request_count} pages to notice"
-    assert_api_error(err, elapsed, kinds={"paging"}, within=15)
+async def test_async_listing_catches_a_token_cycle(hostile: Against) -> None:
+    run = await hostile.acall(cycling(3), "iter_executions", server={"max_requests": 200}, **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds=None, within=15)
+    assert run.server.request_count <= 5, (
+        f"a cycle of 3 tokens took {run.server.request_count} pages to notice"
+    )
+    assert_api_error(run.err, run.elapsed, kinds={"paging"}, within=15)
 
 
-def test_sync_cycle_longer_than_the_token_memory_is_bounded(connect: Any) -> None:
-    with HostileServer(cycling(10), max_requests=200) as srv:
-        conn_id = connect(srv.url, **{**SETTINGS, "page_cursor_memory": 4})
-        err, elapsed = failure(sync_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds=None, within=15)
-    assert srv.request_count <= MAX_PAGES + 1
-    assert_api_error(err, elapsed, kinds={"paging"}, within=15)
+def test_sync_cycle_longer_than_the_token_memory_is_bounded(hostile: Against) -> None:
+    run = hostile.call(
+        cycling(10), "iter_folders", server={"max_requests": 200}, **{**SETTINGS, "page_cursor_memory": 4}
+    )
+    assert_api_error(run.err, run.elapsed, kinds=None, within=15)
+    assert run.server.request_count <= MAX_PAGES + 1
+    assert_api_error(run.err, run.elapsed, kinds={"paging"}, within=15)
 
 
-async def test_async_cycle_longer_than_the_token_memory_is_bounded(connect: Any) -> None:
-    with HostileServer(cycling(10), max_requests=200) as srv:
-        conn_id = connect(srv.url, **{**SETTINGS, "page_cursor_memory": 4})
-        err, elapsed = await afailure(async_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds=None, within=15)
-    assert srv.request_count <= MAX_PAGES + 1
-    assert_api_error(err, elapsed, kinds={"paging"}, within=15)
+async def test_async_cycle_longer_than_the_token_memory_is_bounded(hostile: Against) -> None:
+    run = await hostile.acall(
+        cycling(10), "iter_folders", server={"max_requests": 200}, **{**SETTINGS, "page_cursor_memory": 4}
+    )
+    assert_api_error(run.err, run.elapsed, kinds=None, within=15)
+    assert run.server.request_count <= MAX_PAGES + 1
+    assert_api_error(run.err, run.elapsed, kinds={"paging"}, within=15)
 
 
 def test_sensor_poke_ends_on_an_endless_listing(

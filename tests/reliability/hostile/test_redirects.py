@@ -10,8 +10,7 @@ An API call answering ``302`` is not followed at all: the server the ``Location`
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from .checks import (
     signed_link,
     sync_call,
 )
+from .runs import Against
 from .servers import Conn, HostileServer, Request, refuse
 
 pytestmark = pytest.mark.timeout(30)
@@ -63,14 +63,9 @@ def assert_nothing_reached(network_guard: list[str], *servers: HostileServer) ->
         assert all(r.header("authorization") is None for r in server.requests), "the key left the API"
 
 
-@contextlib.contextmanager
-def unsafe_redirect(target: str) -> Iterator[tuple[HostileServer, HostileServer]]:
-    """An API that must not be called, and a storage origin whose link redirects to ``target``."""
-    with (
-        HostileServer(refuse) as api,
-        HostileServer(redirect_to(lambda r: UNSAFE_TARGETS[target])) as storage,
-    ):
-        yield api, storage
+def unsafe_redirect(target: str) -> Callable[[Conn, Request], None]:
+    """A storage origin whose link redirects to the unsafe ``target``."""
+    return redirect_to(lambda r: UNSAFE_TARGETS[target])
 
 
 def assert_hop_refused(
@@ -102,31 +97,26 @@ def assert_redirects_stopped(
 
 @pytest.mark.parametrize("target", list(UNSAFE_TARGETS), ids=list(UNSAFE_TARGETS))
 def test_download_refuses_an_unsafe_redirect_without_connecting(
-    target: str, connect: Any, network_guard: list[str], caplog: pytest.LogCaptureFixture
+    target: str, hostile: Against, network_guard: list[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    with unsafe_redirect(target) as (api, storage):
-        conn_id = connect(api.url, **SETTINGS)
-        err, elapsed = failure(download_call(conn_id, signed_link(storage.url)))
-    assert_hop_refused(err, elapsed, network_guard, caplog, storage)
-    assert api.request_count == 0
+    run = hostile.download(unsafe_redirect(target), **SETTINGS)
+    assert_hop_refused(run.err, run.elapsed, network_guard, caplog, run.server)
+    assert run.api.request_count == 0
 
 
 @pytest.mark.parametrize("target", ["plain-http", "metadata", "file"])
 def test_operator_publishes_nothing_after_an_unsafe_redirect(
     target: str,
-    connect: Any,
+    hostile: Against,
     network_guard: list[str],
     caplog: pytest.LogCaptureFixture,
     tmp_path: Path,
     destination: Path,
-    operator_download: Any,
 ) -> None:
-    with unsafe_redirect(target) as (api, storage):
-        conn_id = connect(api.url, **SETTINGS)
-        err, elapsed = failure(operator_download(conn_id, signed_link(storage.url)))
+    run = hostile.download(unsafe_redirect(target), operator=True, **SETTINGS)
     assert not destination.exists(), "a file was published after a refused redirect"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "state") == [], "files left behind"
-    assert_hop_refused(err, elapsed, network_guard, caplog, storage)
+    assert_hop_refused(run.err, run.elapsed, network_guard, caplog, run.server)
 
 
 def test_download_stops_a_redirect_loop(
@@ -143,20 +133,19 @@ def test_download_stops_a_redirect_loop(
 
 
 def test_download_stops_after_max_redirects(
-    connect: Any,
+    hostile: Against,
     network_guard: list[str],
     caplog: pytest.LogCaptureFixture,
     destination: Path,
-    operator_download: Any,
 ) -> None:
     def next_hop(req: Request) -> str:
         return f"/hop/{req.index + 1}.csv?X-Amz-Signature={req.param('X-Amz-Signature')}"
 
-    with HostileServer(refuse) as api, HostileServer(redirect_to(next_hop), max_requests=60) as storage:
-        conn_id = connect(api.url, **{**SETTINGS, "max_attempts": 1})
-        err, elapsed = failure(operator_download(conn_id, signed_link(storage.url)))
+    run = hostile.download(
+        redirect_to(next_hop), operator=True, server={"max_requests": 60}, **{**SETTINGS, "max_attempts": 1}
+    )
     assert not destination.exists()
-    assert_redirects_stopped(err, elapsed, network_guard, caplog, storage)
+    assert_redirects_stopped(run.err, run.elapsed, network_guard, caplog, run.server)
 
 
 @pytest.mark.parametrize("link", ["metadata", "metadata-https", "file", "ftp", "plain-http"])
@@ -221,29 +210,23 @@ def assert_not_followed(
 @pytest.mark.parametrize("call", ["iter_folders", "add_accounts"])
 @pytest.mark.parametrize("status", [302, 307])
 def test_sync_api_call_does_not_follow_a_redirect(
-    call: str, status: int, connect: Any, network_guard: list[str], caplog: pytest.LogCaptureFixture
+    call: str, status: int, hostile: Against, network_guard: list[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    target = HostileServer(refuse)
-    with target, HostileServer(redirect_to(lambda r: target.url + r.target, status)) as api:
-        conn_id = connect(api.url, **SETTINGS)
-        err, elapsed = failure(sync_call(conn_id, call))
-    assert_not_followed(err, elapsed, network_guard, api, target=target, caplog=caplog)
+    with HostileServer(refuse) as target:
+        run = hostile.call(redirect_to(lambda r: target.url + r.target, status), call, **SETTINGS)
+    assert_not_followed(run.err, run.elapsed, network_guard, run.server, target=target, caplog=caplog)
 
 
 async def test_async_api_call_does_not_follow_a_redirect(
-    connect: Any, network_guard: list[str], caplog: pytest.LogCaptureFixture
+    hostile: Against, network_guard: list[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    target = HostileServer(refuse)
-    with target, HostileServer(redirect_to(lambda r: target.url + r.target)) as api:
-        conn_id = connect(api.url, **SETTINGS)
-        err, elapsed = await afailure(async_call(conn_id, "iter_executions"))
-    assert_not_followed(err, elapsed, network_guard, api, target=target, caplog=caplog)
+    with HostileServer(refuse) as target:
+        run = await hostile.acall(redirect_to(lambda r: target.url + r.target), "iter_executions", **SETTINGS)
+    assert_not_followed(run.err, run.elapsed, network_guard, run.server, target=target, caplog=caplog)
 
 
 def test_sync_api_call_does_not_follow_a_redirect_to_metadata(
-    connect: Any, network_guard: list[str], caplog: pytest.LogCaptureFixture
+    hostile: Against, network_guard: list[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    with HostileServer(redirect_to(lambda r: UNSAFE_TARGETS["metadata"])) as api:
-        conn_id = connect(api.url, **SETTINGS)
-        err, elapsed = failure(sync_call(conn_id, "iter_executions"))
-    assert_not_followed(err, elapsed, network_guard, api)
+    run = hostile.call(redirect_to(lambda r: UNSAFE_TARGETS["metadata"]), "iter_executions", **SETTINGS)
+    assert_not_followed(run.err, run.elapsed, network_guard, run.server)

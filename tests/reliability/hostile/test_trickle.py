@@ -11,20 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from .checks import (
-    afailure,
-    assert_api_error,
-    async_call,
-    download_call,
-    failure,
-    signed_link,
-    sync_call,
-)
-from .servers import Conn, HostileServer, Request, head_bytes, refuse
+from .checks import assert_api_error
+from .runs import Against
+from .servers import Conn, Request, head_bytes
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -82,71 +74,57 @@ def trickle_download(interval: float = 0.05, size: int = 1200) -> Callable[[Conn
 @pytest.mark.parametrize("phase", ["head", "body"])
 @pytest.mark.parametrize("call", ["iter_folders", "add_accounts"])
 def test_sync_call_times_out_on_a_trickle(
-    phase: str, call: str, connect: Any, caplog: pytest.LogCaptureFixture
+    phase: str, call: str, hostile: Against, caplog: pytest.LogCaptureFixture
 ) -> None:
     handler = trickle_head() if phase == "head" else trickle_body()
-    with HostileServer(handler) as srv:
-        conn_id = connect(srv.url, **SETTINGS)
-        err, elapsed = failure(sync_call(conn_id, call))
-    assert_api_error(err, elapsed, kinds=None, within=BOUND)
-    assert srv.request_count == 1
-    assert_api_error(err, elapsed, kinds={"timeout"}, within=BOUND, caplog=caplog)
+    run = hostile.call(handler, call, **SETTINGS)
+    assert_api_error(run.err, run.elapsed, kinds=None, within=BOUND)
+    assert run.server.request_count == 1
+    assert_api_error(run.err, run.elapsed, kinds={"timeout"}, within=BOUND, caplog=caplog)
 
 
-def test_sync_timeout_counts_every_attempt(connect: Any) -> None:
-    with HostileServer(trickle_body()) as srv:
-        conn_id = connect(srv.url, **{**SETTINGS, "max_attempts": 2})
-        err, elapsed = failure(sync_call(conn_id, "iter_executions"))
-    assert_api_error(err, elapsed, kinds=None, within=BOUND)
-    assert srv.request_count == 2
-    assert_api_error(err, elapsed, kinds={"timeout"}, within=BOUND)
+def test_sync_timeout_counts_every_attempt(hostile: Against) -> None:
+    run = hostile.call(trickle_body(), "iter_executions", **{**SETTINGS, "max_attempts": 2})
+    assert_api_error(run.err, run.elapsed, kinds=None, within=BOUND)
+    assert run.server.request_count == 2
+    assert_api_error(run.err, run.elapsed, kinds={"timeout"}, within=BOUND)
 
 
-def test_old_setting_name_timeout_is_a_total_deadline_too(connect: Any) -> None:
-    with HostileServer(trickle_head()) as srv:
-        conn_id = connect(srv.url, timeout=1, max_attempts=1)
-        err, elapsed = failure(sync_call(conn_id, "iter_folders"))
-    assert_api_error(err, elapsed, kinds={"timeout"}, within=BOUND)
+def test_old_setting_name_timeout_is_a_total_deadline_too(hostile: Against) -> None:
+    run = hostile.call(trickle_head(), "iter_folders", timeout=1, max_attempts=1)
+    assert_api_error(run.err, run.elapsed, kinds={"timeout"}, within=BOUND)
 
 
 @pytest.mark.parametrize("phase", ["head", "body"])
 async def test_async_call_times_out_on_a_trickle(
-    phase: str, connect: Any, caplog: pytest.LogCaptureFixture
+    phase: str, hostile: Against, caplog: pytest.LogCaptureFixture
 ) -> None:
     handler = trickle_head() if phase == "head" else trickle_body()
-    with HostileServer(handler) as srv:
-        conn_id = connect(srv.url, **{**SETTINGS, "max_attempts": 2})
-        err, elapsed = await afailure(async_call(conn_id, "iter_executions"))
-    assert_api_error(err, elapsed, kinds=None, within=BOUND)
-    assert srv.request_count == 2
-    assert_api_error(err, elapsed, kinds={"timeout"}, within=BOUND, caplog=caplog)
+    run = await hostile.acall(handler, "iter_executions", **{**SETTINGS, "max_attempts": 2})
+    assert_api_error(run.err, run.elapsed, kinds=None, within=BOUND)
+    assert run.server.request_count == 2
+    assert_api_error(run.err, run.elapsed, kinds={"timeout"}, within=BOUND, caplog=caplog)
 
 
-def test_download_times_out_on_a_trickled_body(connect: Any, caplog: pytest.LogCaptureFixture) -> None:
+def test_download_times_out_on_a_trickled_body(hostile: Against, caplog: pytest.LogCaptureFixture) -> None:
     """Each attempt makes progress, yet hits ``download_timeout``: both attempts count."""
-    with HostileServer(refuse) as api, HostileServer(trickle_download()) as storage:
-        conn_id = connect(api.url, **{**SETTINGS, "max_attempts": 2, "download_timeout": 2})
-        err, elapsed = failure(download_call(conn_id, signed_link(storage.url)))
-    assert_api_error(err, elapsed, kinds=None, within=BOUND)
-    assert storage.request_count == 2, f"{storage.request_count} attempts with max_attempts=2"
-    assert api.request_count == 0
-    assert_api_error(err, elapsed, kinds={"timeout"}, within=BOUND, caplog=caplog)
+    run = hostile.download(trickle_download(), **{**SETTINGS, "max_attempts": 2, "download_timeout": 2})
+    assert_api_error(run.err, run.elapsed, kinds=None, within=BOUND)
+    assert run.server.request_count == 2, f"{run.server.request_count} attempts with max_attempts=2"
+    assert run.api.request_count == 0
+    assert_api_error(run.err, run.elapsed, kinds={"timeout"}, within=BOUND, caplog=caplog)
 
 
-def test_download_times_out_on_trickled_headers(connect: Any) -> None:
-    with HostileServer(refuse) as api, HostileServer(trickle_head()) as storage:
-        conn_id = connect(api.url, **{**SETTINGS, "download_timeout": 2})
-        err, elapsed = failure(download_call(conn_id, signed_link(storage.url)))
-    assert_api_error(err, elapsed, kinds={"timeout"}, within=BOUND)
-    assert storage.request_count == 1
+def test_download_times_out_on_trickled_headers(hostile: Against) -> None:
+    run = hostile.download(trickle_head(), **{**SETTINGS, "download_timeout": 2})
+    assert_api_error(run.err, run.elapsed, kinds={"timeout"}, within=BOUND)
+    assert run.server.request_count == 1
 
 
 def test_operator_publishes_nothing_after_a_trickle(
-    connect: Any, destination: Path, operator_download: Any, caplog: pytest.LogCaptureFixture
+    hostile: Against, destination: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with HostileServer(refuse) as api, HostileServer(trickle_download()) as storage:
-        conn_id = connect(api.url, **{**SETTINGS, "download_timeout": 2})
-        err, elapsed = failure(operator_download(conn_id, signed_link(storage.url)))
-    assert_api_error(err, elapsed, kinds=None, within=BOUND)
+    run = hostile.download(trickle_download(), operator=True, **{**SETTINGS, "download_timeout": 2})
+    assert_api_error(run.err, run.elapsed, kinds=None, within=BOUND)
     assert not destination.exists()
-    assert_api_error(err, elapsed, kinds={"timeout"}, within=BOUND, caplog=caplog)
+    assert_api_error(run.err, run.elapsed, kinds={"timeout"}, within=BOUND, caplog=caplog)

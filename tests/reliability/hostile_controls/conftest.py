@@ -5,6 +5,7 @@ from ..hostile.conftest import (  # noqa: F401 - fixtures are found by name
     connect,
     context,
     destination,
+    hostile,
     network_guard,
     operator_download,
 )

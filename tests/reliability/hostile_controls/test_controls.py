@@ -12,30 +12,28 @@ from typing import Any
 import pytest
 
 from ..hostile.checks import assert_no_secret, key_forms, signed_link, sync_call
-from ..hostile.servers import HostileServer, MiB, refuse
+from ..hostile.runs import Against
+from ..hostile.servers import HostileServer, MiB
 from ..hostile.test_more import SETTINGS as MORE_SETTINGS
 from ..hostile.test_more import big_json
 from ..hostile.test_redirects import CSV, SETTINGS, assert_nothing_reached, redirect_to, serve_csv
 
 
 def test_download_follows_a_safe_redirect_without_the_key(
-    connect: Any,
+    hostile: Against,
     network_guard: list[str],
     caplog: pytest.LogCaptureFixture,
     destination: Path,
-    operator_download: Any,
 ) -> None:
     """The control: one hop to another loopback origin is followed, and nobody gets the key."""
-    with (
-        HostileServer(refuse) as api,
-        HostileServer(serve_csv) as origin,
-        HostileServer(redirect_to(lambda r: signed_link(origin.url, "/real/file.csv"))) as storage,
-    ):
-        conn_id = connect(api.url, **SETTINGS)
-        result = operator_download(conn_id, signed_link(storage.url))()
+    with HostileServer(serve_csv) as origin:
+        hop = redirect_to(lambda r: signed_link(origin.url, "/real/file.csv"))
+        run = hostile.download(hop, operator=True, **SETTINGS)
+    assert run.err is None, f"the download failed: {run.err!r}"
     assert destination.read_bytes() == CSV
-    assert result["bytes"] == len(CSV)
-    assert api.request_count == 0 and storage.request_count == 1 and origin.request_count == 1
+    assert run.result["bytes"] == len(CSV)
+    storage = run.server
+    assert run.api.request_count == 0 and storage.request_count == 1 and origin.request_count == 1
     assert_nothing_reached(network_guard, storage, origin)
     assert_no_secret(None, caplog, key_forms())
 

@@ -3,17 +3,17 @@
 The sync writes through one DB-API connection so its temporary source table and its transactions are
 its own. The only per-database code is here: how a transaction opens (DuckDB's Python connection
 commits each statement unless told otherwise), how rows are staged in bulk (DuckDB reads an Arrow
-table, PostgreSQL takes ``COPY``, anything else gets ``executemany`` in chunks), and how a sync lock
-is held:
+table, PostgreSQL takes ``COPY``, anything else gets ``executemany`` in chunks), and how a sync
+takes its lock:
 
-- **PostgreSQL**: a session-level advisory lock on a 64-bit hash of the lock's key. It is held by the
+- **PostgreSQL**: a session-level advisory lock on a 64-bit hash of the lock's key. It belongs to the
   connection, so it spans the sync's many transactions, and it dies with the connection: a killed
   task cannot leave it behind. The holder names its run in its session's ``application_name``, so a
   refused run can say which run holds it (read back through ``pg_locks`` and ``pg_stat_activity``).
 - **DuckDB**: a database file is opened for writing by one process at a time, so the file itself is
   the lock between processes (a second opener gets ``IOException: Could not set lock on file``).
   Connections of one process share the file, so inside a process a lock table kept in memory
-  (:data:`_HELD`) stands in.
+  (:data:`_IN_PROCESS_LOCKS`) stands in.
 - **Anything else**: only that in-process lock; nothing stops a sync in another process.
 """
 
@@ -75,10 +75,10 @@ class StateFileLocked(Exception):
         self.pid = pid
 
 
-#: Sync locks held in this process, by (database, key); the lock between connections of one process
-#: on DuckDB and other databases, where the database has no lock a sync can hold across transactions.
-_HELD: dict[tuple[str, str], LockHolder] = {}
-_HELD_GUARD = threading.Lock()
+#: Sync locks taken in this process, by (database, key): the lock between connections of one process
+#: on DuckDB and other databases, where the database has no lock a sync can keep across transactions.
+_IN_PROCESS_LOCKS: dict[tuple[str, str], LockHolder] = {}
+_IN_PROCESS_LOCKS_GUARD = threading.Lock()
 #: One creator of state tables at a time in this process (PostgreSQL serialises across processes).
 _CREATING = threading.Lock()
 
@@ -135,7 +135,7 @@ class StateDatabase:
         self.marker = str(hook.placeholder)
         self.conn: Any = self._connect(lock_timeout)
         self.cur: Any = self.conn.cursor() if self.dialect != "duckdb" else self.conn
-        self._own: dict[str, LockHolder] = {}
+        self._own_locks: dict[str, LockHolder] = {}
 
     def _connect(self, lock_timeout: float) -> Any:
         if self.dialect != "duckdb":
@@ -168,7 +168,7 @@ class StateDatabase:
 
     def close(self) -> None:
         """Close the connection, rolling back anything uncommitted first; this releases its locks."""
-        for key in list(self._own):
+        for key in list(self._own_locks):
             self._release_in_process(key)
         with suppress(Exception):
             self.conn.rollback()
@@ -247,23 +247,25 @@ class StateDatabase:
         return f"{self.dialect}:{type(self.hook).__name__}:{conn_id}"
 
     def _take_in_process(self, key: str, run_id: str) -> LockHolder | None:
-        held = (self._identity, key)
-        with _HELD_GUARD:
-            holder = _HELD.get(held)
+        """Take ``key`` in this process's lock table: ``None`` when taken, else who has it."""
+        lock = (self._identity, key)
+        with _IN_PROCESS_LOCKS_GUARD:
+            holder = _IN_PROCESS_LOCKS.get(lock)
             if holder is not None:
                 return holder
             mine = LockHolder(run_id, _now(), os.getpid())
-            _HELD[held] = self._own[key] = mine
+            _IN_PROCESS_LOCKS[lock] = self._own_locks[key] = mine
             return None
 
     def _release_in_process(self, key: str) -> None:
-        mine = self._own.pop(key, None)
+        """Give back ``key`` if this connection took it; another connection's entry stays."""
+        mine = self._own_locks.pop(key, None)
         if mine is None:
             return
-        with _HELD_GUARD:
-            for held, holder in list(_HELD.items()):
-                if held[1] == key and holder is mine:
-                    del _HELD[held]
+        with _IN_PROCESS_LOCKS_GUARD:
+            for lock, holder in list(_IN_PROCESS_LOCKS.items()):
+                if lock[1] == key and holder is mine:
+                    del _IN_PROCESS_LOCKS[lock]
 
     def sql(self, text: str) -> str:
         """Replace the ``?`` markers with the driver's own."""

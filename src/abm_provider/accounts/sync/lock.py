@@ -2,8 +2,8 @@
 
 The database side of the lock (a PostgreSQL advisory lock, the DuckDB file, an in-process lock) is
 :class:`~abm_provider.accounts.sync.database.StateDatabase`'s; this module decides how long a run waits for it
-(``lock_timeout``) and turns a lock held by another sync into :class:`SyncAlreadyRunning`, naming
-the run that holds it.
+(``lock_timeout``) and turns a lock another sync has into :class:`SyncAlreadyRunning`, naming
+the run that has it.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def open_state(hook: DbApiHook, list_id: str, run_id: str, lock_timeout: float) 
     """Connect to the state database of ``list_id``'s sync.
 
     A DuckDB file can be written by one process at a time, so there the file is the lock between
-    processes: one held by another process is waited for like the list's lock, then reported as
+    processes: a file another process has open is waited for like the list's lock, then reported as
     :class:`SyncAlreadyRunning` instead of DuckDB's ``IOException``.
     """
     try:
@@ -56,7 +56,7 @@ def hold_list_lock(
 ) -> None:
     """Hold the list's lock ``key``, waiting up to ``lock_timeout`` seconds for another sync to end.
 
-    :raises SyncAlreadyRunning: another sync still held it, named in the message.
+    :raises SyncAlreadyRunning: another sync still had it when the time was up, named in the message.
     """
     holders: list[LockHolder] = []
 

@@ -8,7 +8,8 @@ Four tables, created on first use, shared by every list the sync keeps (each row
 - ``<prefix>plan``: each run's change set, numbered per action, so a retry resumes after the last
   batch recorded instead of sending it all again. A list keeps only its latest runs' plans.
 - ``<prefix>rejects``: rows refused (invalid before sending, or not found by the service), with the
-  reason and a hash of the values; a row with the same hash is not sent again.
+  reason and a hash of the values; a row with the same hash is skipped, not sent again (the runs
+  table counts the rows skipped so in its ``held`` column).
 - ``<prefix>runs``: one row per list and run: mode, status, the plan's counts, how far each action
   got, and what the service answered.
 
@@ -22,6 +23,7 @@ list never plan or record over each other.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from abm_provider.warehouse.schema import TableName, check_identifier
 
@@ -36,6 +38,15 @@ DRY_RUN = "dry_run"
 
 _KEY = "VARCHAR(255) NOT NULL"
 _TEXT = "VARCHAR(255)"
+
+
+def utc_now() -> datetime:
+    """The time as the state tables keep it: UTC to the second, without a zone.
+
+    The tables' ``TIMESTAMP`` columns have no zone, and PostgreSQL would store a zone-aware value
+    in the session's time zone, so every row is written, and read, as UTC.
+    """
+    return datetime.now(UTC).replace(tzinfo=None, microsecond=0)
 
 
 @dataclass(frozen=True)

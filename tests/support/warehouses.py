@@ -1,12 +1,15 @@
 """The warehouses of the loader tests, with their fixtures: a DuckDB file, a real PostgreSQL (a schema of
 its own per test), and the generic path against PostgreSQL and SQLite.
 
-A module with a name of its own, not ``conftest``, so that other test folders import the same
-fixtures and helpers without depending on which ``conftest`` module pytest imported last.
+The generic path runs twice: against PostgreSQL (``method="generic"``) and against SQLite through a
+minimal common-sql ``DbApiHook`` (the SQLite provider is not installed), so it is exercised on a
+driver with a different parameter style and no native types. A folder's ``conftest`` imports the
+fixtures it needs from here by name.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -16,27 +19,22 @@ from typing import Any
 
 import pytest
 from airflow.providers.common.sql.hooks.sql import DbApiHook
-from loadtest_support import duckdb_conn_env, postgres_conn_env, table_contents
 
 from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
+from support.export_files import table_contents
+from support.postgres import conn_env, dsn, unusable
 
-PG_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=3"
-
-
-def postgres_available() -> str | None:
-    """``None`` when the test PostgreSQL answers, else why not."""
-    try:
-        import psycopg
-
-        with psycopg.connect(PG_DSN):
-            return None
-    except Exception as exc:
-        return f"PostgreSQL at 127.0.0.1:5432 (db test, user postgres) is not reachable: {exc}"
+PG_DSN = dsn()
 
 
-def _require_postgres() -> None:
+def duckdb_conn_env(path: Path, **extra: Any) -> str:
+    """An ``AIRFLOW_CONN_*`` value (JSON) for a ``duckdb`` connection to the file at ``path``."""
+    return json.dumps({"conn_type": "duckdb", "host": str(path), "extra": extra})
+
+
+def require_postgres() -> None:
     """Skip the test, saying why, when the test PostgreSQL does not answer."""
-    reason = postgres_available()
+    reason = unusable()
     if reason:
         pytest.skip(reason)
 
@@ -57,17 +55,22 @@ class SqliteTestHook(DbApiHook):
         return sqlite3.connect(self.path)
 
 
+def ledger_of(table: str) -> str:
+    """The load ledger beside ``table``: in its schema, or unqualified."""
+    schema, _, _ = table.rpartition(".")
+    return f"{schema}.abm_load_ledger" if schema else "abm_load_ledger"
+
+
 class Warehouse:
     """One target for a test: builds operators against it and reads the table and ledger back."""
 
-    def __init__(self, kind: str, conn_id: str, table: str, method: str, hook: Any = None) -> None:
+    def __init__(self, kind: str, conn_id: str, table: str, method: str = "auto", hook: Any = None) -> None:
         self.kind = kind
         self.conn_id = conn_id
         self.table = table
         self.method = method
         self._hook = hook
-        schema, _, _ = table.rpartition(".")
-        self.ledger = f"{schema}.abm_load_ledger" if schema else "abm_load_ledger"
+        self.ledger = ledger_of(table)
 
     def operator(self, **kwargs: Any) -> ExecutionCsvToSqlOperator:
         kwargs.setdefault("task_id", f"load_{uuid.uuid4().hex[:6]}")
@@ -115,7 +118,7 @@ class Warehouse:
 @pytest.fixture(scope="module")
 def pg_conn() -> Iterator[Any]:
     """An autocommit connection to the test PostgreSQL, for checks that need no table of their own."""
-    _require_postgres()
+    require_postgres()
     import psycopg
 
     with psycopg.connect(PG_DSN, autocommit=True) as conn:
@@ -124,7 +127,7 @@ def pg_conn() -> Iterator[Any]:
 
 @pytest.fixture
 def pg_schema() -> Iterator[str]:
-    _require_postgres()
+    require_postgres()
     import psycopg
 
     schema = f"abm_load_{uuid.uuid4().hex[:10]}"
@@ -144,7 +147,7 @@ def make_warehouse(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, r
             kind, "wh_sqlite", "tactic_perf", "generic", hook=SqliteTestHook(tmp_path / "wh.sqlite")
         )
     schema = request.getfixturevalue("pg_schema")
-    monkeypatch.setenv("AIRFLOW_CONN_WH_PG", postgres_conn_env())
+    monkeypatch.setenv("AIRFLOW_CONN_WH_PG", conn_env())
     return Warehouse(
         kind, "wh_pg", f"{schema}.tactic_perf", "generic" if kind == "postgres_generic" else "auto"
     )

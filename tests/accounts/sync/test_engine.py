@@ -1,33 +1,44 @@
-"""``AccountListSyncOperator`` against the emulator, with its state on DuckDB and on PostgreSQL.
+"""``ListSync`` (``accounts/sync/engine.py``) end to end, through ``AccountListSyncOperator``: a whole
+run against the emulator, with the state on DuckDB and on PostgreSQL.
 
-What reaches the service is read from the emulator's request log and its admin view of the list,
-never from the operator's own summary; the warehouse is read with the database's own driver.
+The sections follow a run's steps: the plan (``plan.py``: what is sent, skipped or refused), sending
+(``sending.py``: what a request carries, removals first) and recording (``recording.py``: a rerun
+resumes after the last recorded batch, after a lost answer or a SIGKILL). What reaches the service
+is read from the emulator's request log and its admin view of the list, never from the operator's
+own summary; the warehouse is read with the database's own driver.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from sync_support import (
+    COLUMN_MAP,
     COLUMNS,
+    CONN_ID,
     ORG,
     Warehouse,
     account_id,
     clear_requests,
-    context,
     make_list,
     member_ids,
     membership_requests,
-    operator,
     rows_for,
     state_ids,
     sync,
 )
 
+from abm_provider.accounts.sync import SUMMARY_KEYS, engine
+from abm_provider.accounts.sync.recording import Recorder
 from abm_provider.common.rejects import TooManyRejects
+from reliability.badinput_support import run_until_killed
 
 NOT_FOUND = "002000000000000099"  # well formed, but not an account id: the service reports it not found
+
+
+# ---- whole runs --------------------------------------------------------------------------------------
 
 
 @pytest.mark.timeout(600)
@@ -59,16 +70,7 @@ def test_a_large_source_is_synced_then_only_the_change_is_sent_then_nothing(
     assert (third["to_add"], third["to_remove"], third["added"], third["removed"]) == (0, 0, 0, 0)
     assert membership_requests(abm) == {"add": 0, "remove": 0}
     assert third["state_count"] == third["service_count"] == 100_000
-    assert set(first) >= {
-        "to_add",
-        "to_remove",
-        "added",
-        "removed",
-        "duplicates",
-        "not_found",
-        "rejected",
-        "dry_run",
-    }
+    assert set(first) >= set(SUMMARY_KEYS)
 
 
 def test_add_only_never_removes(abm: Any, warehouse: Warehouse) -> None:
@@ -104,32 +106,31 @@ def test_dry_run_sends_nothing_and_reports_the_plan(abm: Any, warehouse: Warehou
     assert member_ids(abm, list_id) == {account_id(n) for n in range(5, 27)}
 
 
-def test_accounts_given_by_id_alone_are_added(abm: Any, warehouse: Warehouse) -> None:
+def test_an_edit_during_a_run_is_sent_by_the_next_run(
+    abm: Any, warehouse: Warehouse, monkeypatch: Any
+) -> None:
     list_id = make_list()
-    warehouse.replace_table("targets", ["id"], [(account_id(n),) for n in range(3)])
-    result = sync(warehouse, list_id, "run_1", column_map=None)
-    assert (result["added"], result["rejected"]) == (3, 0)
-    members = abm.members(list_id)
-    assert {m["id"] for m in members} == {account_id(n) for n in range(3)}
-    assert {(m["crmOrgId"], m["crmType"]) for m in members} == {(abm.crm_org_id(), "SALESFORCE")}
-    # Still in step on the next run: nothing is sent again, and a departed account is removed.
-    warehouse.replace_table("targets", ["id"], [(account_id(n),) for n in range(2)])
-    clear_requests(abm)
-    again = sync(warehouse, list_id, "run_2", column_map=None)
-    assert (again["to_add"], again["removed"]) == (0, 1)
-    assert member_ids(abm, list_id) == {account_id(0), account_id(1)}
+    warehouse.replace_table("targets", COLUMNS, rows_for(range(10)))
+    original = engine.ListSync._send_run
+
+    def edit_then_send(self: Any, run: Any) -> None:
+        # Through the sync's own connection: DuckDB allows one configuration per file in a process.
+        for row in rows_for(range(10, 12)):
+            self.db.execute(f"INSERT INTO {warehouse.name('targets')} VALUES (?, ?, ?)", row)
+        self.db.conn.commit()
+        original(self, run)
+
+    monkeypatch.setattr(engine.ListSync, "_send_run", edit_then_send)
+    first = sync(warehouse, list_id, "run_1")
+    monkeypatch.setattr(engine.ListSync, "_send_run", original)
+    assert first["added"] == 10
+    assert member_ids(abm, list_id) == state_ids(warehouse, list_id) == {account_id(n) for n in range(10)}
+    second = sync(warehouse, list_id, "run_2")
+    assert second["added"] == 2
+    assert member_ids(abm, list_id) == {account_id(n) for n in range(12)}
 
 
-def test_a_key_that_moves_from_no_org_to_its_org_stays_on_the_list(abm: Any, warehouse: Warehouse) -> None:
-    """Removals go first, so the account given by id alone, then with the org the service filled in,
-    ends on the list (sent the other way round, the removal would take the new membership away)."""
-    list_id = make_list()
-    warehouse.replace_table("targets", COLUMNS, [(account_id(1), "A", None)])
-    sync(warehouse, list_id, "run_1")
-    warehouse.replace_table("targets", COLUMNS, [(account_id(1), "A", abm.crm_org_id())])
-    result = sync(warehouse, list_id, "run_2")
-    assert (result["to_add"], result["to_remove"]) == (1, 1)
-    assert member_ids(abm, list_id) == {account_id(1)}
+# ---- the plan ----------------------------------------------------------------------------------------
 
 
 def test_a_refused_row_is_not_sent_again_until_it_changes(abm: Any, warehouse: Warehouse) -> None:
@@ -172,14 +173,46 @@ def test_too_many_invalid_rows_send_and_record_nothing(abm: Any, warehouse: Ware
     assert sync(warehouse, list_id, "run_3", max_rejected=0.2)["added"] == 10
 
 
+# ---- sending -----------------------------------------------------------------------------------------
+
+
+def test_accounts_given_by_id_alone_are_added(abm: Any, warehouse: Warehouse) -> None:
+    list_id = make_list()
+    warehouse.replace_table("targets", ["id"], [(account_id(n),) for n in range(3)])
+    result = sync(warehouse, list_id, "run_1", column_map=None)
+    assert (result["added"], result["rejected"]) == (3, 0)
+    members = abm.members(list_id)
+    assert {m["id"] for m in members} == {account_id(n) for n in range(3)}
+    assert {(m["crmOrgId"], m["crmType"]) for m in members} == {(abm.crm_org_id(), "SALESFORCE")}
+    # Still in step on the next run: nothing is sent again, and a departed account is removed.
+    warehouse.replace_table("targets", ["id"], [(account_id(n),) for n in range(2)])
+    clear_requests(abm)
+    again = sync(warehouse, list_id, "run_2", column_map=None)
+    assert (again["to_add"], again["removed"]) == (0, 1)
+    assert member_ids(abm, list_id) == {account_id(0), account_id(1)}
+
+
+def test_a_key_that_moves_from_no_org_to_its_org_stays_on_the_list(abm: Any, warehouse: Warehouse) -> None:
+    """Removals go first, so the account given by id alone, then with the org the service filled in,
+    ends on the list (sent the other way round, the removal would take the new membership away)."""
+    list_id = make_list()
+    warehouse.replace_table("targets", COLUMNS, [(account_id(1), "A", None)])
+    sync(warehouse, list_id, "run_1")
+    warehouse.replace_table("targets", COLUMNS, [(account_id(1), "A", abm.crm_org_id())])
+    result = sync(warehouse, list_id, "run_2")
+    assert (result["to_add"], result["to_remove"]) == (1, 1)
+    assert member_ids(abm, list_id) == {account_id(1)}
+
+
+# ---- recording ---------------------------------------------------------------------------------------
+
+
 def test_an_add_answered_503_after_it_took_effect_converges_on_a_rerun(
     abm: Any, warehouse: Warehouse, monkeypatch: Any
 ) -> None:
-    from abm_provider.accounts.sync import engine
-
     list_id = make_list()
     warehouse.replace_table("targets", COLUMNS, rows_for(range(2500)))
-    original = engine.ListSync._record_added
+    original = Recorder.record_added
 
     def record_then_fault(self: Any, *args: Any) -> None:
         original(self, *args)
@@ -187,9 +220,9 @@ def test_an_add_answered_503_after_it_took_effect_converges_on_a_rerun(
         abm.inject_fault(
             origin="api", method="POST", path=r".*/accounts/add", kind="status", status=503, when="after"
         )
-        monkeypatch.setattr(engine.ListSync, "_record_added", original)
+        monkeypatch.setattr(Recorder, "record_added", original)
 
-    monkeypatch.setattr(engine.ListSync, "_record_added", record_then_fault)
+    monkeypatch.setattr(Recorder, "record_added", record_then_fault)
     with pytest.raises(Exception, match="503"):
         sync(warehouse, list_id, "run_1", max_in_flight=1)
     # The failed batch reached the list; the state recorded only the batch answered before it.
@@ -203,42 +236,56 @@ def test_an_add_answered_503_after_it_took_effect_converges_on_a_rerun(
     assert membership_requests(abm)["add"] == 2
 
 
-def test_an_edit_during_a_run_is_sent_by_the_next_run(
-    abm: Any, warehouse: Warehouse, monkeypatch: Any
+# Killed when the fourth answered batch is about to be recorded: three batches are recorded, the
+# fourth (and the one in flight beside it) reached the list.
+_AFTER_THREE_BATCHES = """
+    from abm_provider.accounts.sync.recording import Recorder
+    original = Recorder.record_added
+    calls = []
+    def record(self, *args):
+        calls.append(1)
+        if len(calls) == 4:
+            wait_to_be_killed()
+        return original(self, *args)
+    Recorder.record_added = record
+"""
+_SYNC = """
+    from types import SimpleNamespace
+    from abm_provider.operators.account_lists import AccountListSyncOperator
+    run_id = kwargs.pop("run_id")
+    ti = SimpleNamespace(dag_id="sync_test", task_id="sync", run_id=run_id, try_number=1, map_index=-1)
+    AccountListSyncOperator(task_id="sync", **kwargs).execute({"ti": ti, "run_id": run_id})
+"""
+
+
+@pytest.mark.parametrize("rerun", ["same_run", "next_run"])
+def test_a_sync_killed_mid_send_then_run_again_gives_the_exact_membership(
+    abm: Any, warehouse: Warehouse, tmp_path: Path, rerun: str
 ) -> None:
-    from abm_provider.accounts.sync import engine
-
     list_id = make_list()
-    warehouse.replace_table("targets", COLUMNS, rows_for(range(10)))
-    original = engine.ListSync._send_run
+    warehouse.replace_table("targets", COLUMNS, rows_for(range(2000)))
+    args = {
+        "run_id": "run_1",
+        "list_id": list_id,
+        "table": warehouse.name("targets"),
+        "sql_conn_id": CONN_ID,
+        "state_schema": warehouse.schema,
+        "column_map": COLUMN_MAP,
+        "batch_size": 100,
+        "max_in_flight": 2,
+    }
+    run_until_killed(tmp_path, _AFTER_THREE_BATCHES, _SYNC, args)
+    on_list = member_ids(abm, list_id)
+    assert state_ids(warehouse, list_id) == {account_id(n) for n in range(300)}
+    assert len(on_list) >= 400  # the service is ahead of the record
 
-    def edit_then_send(self: Any, run: Any) -> None:
-        # Through the sync's own connection: DuckDB allows one configuration per file in a process.
-        for row in rows_for(range(10, 12)):
-            self.db.execute(f"INSERT INTO {warehouse.name('targets')} VALUES (?, ?, ?)", row)
-        self.db.conn.commit()
-        original(self, run)
-
-    monkeypatch.setattr(engine.ListSync, "_send_run", edit_then_send)
-    first = sync(warehouse, list_id, "run_1")
-    monkeypatch.setattr(engine.ListSync, "_send_run", original)
-    assert first["added"] == 10
-    assert member_ids(abm, list_id) == state_ids(warehouse, list_id) == {account_id(n) for n in range(10)}
-    second = sync(warehouse, list_id, "run_2")
-    assert second["added"] == 2
-    assert member_ids(abm, list_id) == {account_id(n) for n in range(12)}
-
-
-def test_lineage_names_the_source_table_in_and_the_list_out(abm: Any, warehouse: Warehouse) -> None:
-    list_id = make_list()
-    warehouse.replace_table("targets", COLUMNS, rows_for(range(2)))
-    task = operator(warehouse, list_id)
-    task.execute(context("run_1"))
-    lineage = task.get_openlineage_facets_on_complete(None)
-    assert [d.name for d in lineage.inputs] == [
-        f"{warehouse.schema or 'main'}.targets"
-        if warehouse.kind == "duckdb"
-        else f"abm_synctest.{warehouse.name('targets')}"
-    ]
-    assert [d.name for d in lineage.outputs] == [f"accountLists/{list_id}"]
-    assert lineage.outputs[0].namespace.startswith("abm://127.0.0.1:")
+    clear_requests(abm)
+    result = sync(warehouse, list_id, "run_1" if rerun == "same_run" else "run_2", batch_size=100)
+    expected = {account_id(n) for n in range(2000)}
+    assert member_ids(abm, list_id) == state_ids(warehouse, list_id) == expected
+    # Only what the record had not confirmed is sent again: batches 4 to 20.
+    assert membership_requests(abm) == {"add": 17, "remove": 0}
+    if rerun == "same_run":
+        assert result["added"] + result["duplicates"] == 2000
+    else:
+        assert (result["to_add"], result["to_remove"]) == (0, 0)

@@ -1,4 +1,8 @@
-"""``AccountListSyncOperator`` refuses bad arguments when the DAG is parsed, naming the argument."""
+"""``AccountListSyncOperator`` (``operators/list_sync.py``): its argument checks, inlets and lineage.
+
+Bad arguments are refused when the DAG is parsed, naming the argument; templated ones when they are
+rendered. The lineage test runs a sync against the emulator, with the state on DuckDB and PostgreSQL.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from typing import Any
 import pytest
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException
+from sync_support import COLUMNS, Warehouse, context, make_list, operator, rows_for
 
 from abm_provider.assets import warehouse_asset
 from abm_provider.operators.account_lists import AccountListSyncOperator, CreateAccountListOperator
@@ -22,7 +27,7 @@ GOOD: dict[str, Any] = {"task_id": "sync", "list_id": "list-1", "table": "target
         ({"sql_conn_id": None}, "table needs sql_conn_id"),
         ({"table": None, "accounts_path": "a.csv", "sql_conn_id": None}, "accounts_path needs state_conn_id"),
         ({"table": "a.b.c"}, "table 'a.b.c'"),
-        ({"mode": "sync"}, "mode must be one of"),
+        ({"mode": "sync"}, "mode must be 'mirror' or 'add_only'"),
         ({"dry_run": "maybe"}, "dry_run must be True or False"),
         ({"max_rejected": 1.5}, "max_rejected as a fraction"),
         ({"max_rejected": -1}, "max_rejected must not be negative"),
@@ -47,7 +52,7 @@ def test_templates_and_xcom_args_are_checked_when_rendered() -> None:
             **{**GOOD, "list_id": ensure.output["list_id"], "mode": "{{ params.m }}", "dry_run": "{{ x }}"}
         )
     assert task.upstream_task_ids == {"ensure"}
-    task.mode, task.preview, task.list_id = "mirror", "nope", "list-1"
+    task.mode, task.dry_run, task.list_id = "mirror", "nope", "list-1"
     with pytest.raises(AirflowFailException, match="dry_run must be True or False"):
         task._options({"run_id": "r"})
 
@@ -55,3 +60,18 @@ def test_templates_and_xcom_args_are_checked_when_rendered() -> None:
 def test_a_table_source_is_the_task_s_inlet_so_dags_can_schedule_on_it() -> None:
     task = AccountListSyncOperator(**GOOD)
     assert task.inlets == [warehouse_asset("wh", "targets")]
+
+
+def test_lineage_names_the_source_table_in_and_the_list_out(abm: Any, warehouse: Warehouse) -> None:
+    list_id = make_list()
+    warehouse.replace_table("targets", COLUMNS, rows_for(range(2)))
+    task = operator(warehouse, list_id)
+    task.execute(context("run_1"))
+    lineage = task.get_openlineage_facets_on_complete(None)
+    assert [d.name for d in lineage.inputs] == [
+        f"{warehouse.schema or 'main'}.targets"
+        if warehouse.kind == "duckdb"
+        else f"abm_synctest.{warehouse.name('targets')}"
+    ]
+    assert [d.name for d in lineage.outputs] == [f"accountLists/{list_id}"]
+    assert lineage.outputs[0].namespace.startswith("abm://127.0.0.1:")

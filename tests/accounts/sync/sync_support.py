@@ -2,7 +2,7 @@
 
 A module of its own (not ``conftest``) so the tests import it by a name no other test folder uses;
 tests outside this folder (the concurrency tests in ``tests/reliability``) import it as
-``sync.sync_support``. It also holds the helpers that build a list, run a sync and read the result.
+``accounts.sync.sync_support``. It also holds the helpers that build a list, run a sync and read the result.
 
 Each test gets its own DuckDB file or its own PostgreSQL schema, reached through the Airflow connection
 ``abm_warehouse`` set in the environment, and a ``Warehouse`` that reads and writes it with the

@@ -1,0 +1,271 @@
+"""A sync run's plan: the source staged in the warehouse and diffed in SQL against the state tables.
+
+The source is streamed once: each row is validated and hashed, and written in bulk to a temporary
+table on the state connection. The change is then computed in SQL, so memory stays flat whatever the
+source's size:
+
+- accounts whose membership key ``(id, crmOrgId)`` is not on the list by our record are added,
+  unless a row with the same values was refused before (those are skipped, counted as ``held``);
+- in ``mirror`` mode, members whose key left the source are removed;
+- rows that fail validation are recorded in the rejects table with their reason.
+
+The plan, the new rejects and the run's row commit together, so a crash leaves either no plan or a
+whole one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from abm_provider.accounts.sync.state import DRY_RUN, SENDING, utc_now
+from abm_provider.common.rejects import TooManyRejects, check_rejects, describe_reject, raw_json
+
+if TYPE_CHECKING:
+    from abm_provider.accounts.sources import AccountSource
+    from abm_provider.accounts.sync.database import StateDatabase
+    from abm_provider.accounts.sync.options import SyncOptions
+    from abm_provider.accounts.sync.state import StateTables
+    from abm_provider.accounts.validation import AccountValidator
+
+#: The temporary table's columns: a valid row has ``reason`` and ``raw`` empty, an invalid one has
+#: the reason it failed and its values as JSON.
+STAGE_COLUMNS = (
+    "record",
+    "line",
+    "account_id",
+    "crm_org_id",
+    "crm_type",
+    "account_name",
+    "row_hash",
+    "reason",
+    "raw",
+)
+_STAGE_DDL = (
+    "record BIGINT, line BIGINT, account_id VARCHAR(255), crm_org_id VARCHAR(255), "
+    "crm_type VARCHAR(255), account_name VARCHAR(255), row_hash VARCHAR(64) NOT NULL, reason TEXT, "
+    "raw TEXT"
+)
+#: Rows named in an error message or shown in the log per action.
+_SAMPLE = 5
+
+
+def row_hash(text: str) -> str:
+    """The hash a row's values are compared by between runs (128 bits: collisions are out of reach)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def invalid_row_key(data: Any, validator: AccountValidator) -> tuple[str | None, str]:
+    """The membership key an invalid row would have, so a member whose row went bad is not removed."""
+    if not isinstance(data, Mapping):
+        return None, ""
+    raw_id = data.get(validator.column_map["id"])
+    raw_org = data.get(validator.column_map["crmOrgId"])
+    account_id = raw_id.strip() if isinstance(raw_id, str) and raw_id.strip() else None
+    org = raw_org.strip() if isinstance(raw_org, str) else ""
+    if (account_id is not None and len(account_id) > 255) or len(org) > 255:
+        return None, ""  # too long to be a key of the state tables, so no member's key either
+    return account_id, org
+
+
+@dataclass(frozen=True)
+class Planner:
+    """Writes one run's plan, its new rejects and its row in the runs table."""
+
+    db: StateDatabase
+    tables: StateTables
+    options: SyncOptions
+    validator: AccountValidator
+    log: logging.Logger | Any
+
+    def plan(self, source: AccountSource) -> None:
+        """Stage the source, compute the change in SQL, and commit plan, rejects and run row together."""
+        stage = f"abm_sync_source_{uuid.uuid4().hex[:12]}"
+        self.db.execute(f"CREATE TEMPORARY TABLE {stage} ({_STAGE_DDL})")
+        try:
+            source_rows = self._stage(source, stage)
+            with self.db.transaction():
+                self._write_plan(stage, source_rows)
+            self.db.analyze(self.tables.plan.sql)
+        finally:
+            self.db.execute(f"DROP TABLE IF EXISTS {stage}")
+
+    def _stage(self, source: AccountSource, stage: str) -> int:
+        """Validate and hash every source row into the temporary table; return how many were read."""
+        validate = self.validator.validate
+        buffer: list[tuple[Any, ...]] = []
+        count = 0
+        started = last = time.monotonic()
+        with source.open() as opened:
+            self.validator.check_columns(opened.columns, source.description)
+            for row in opened.rows:
+                count += 1
+                account, reason = validate(row.data)
+                if account is not None:
+                    org = account.get("crmOrgId", "")
+                    name = account.get("name")
+                    crm_type = account.get("crmType")
+                    values = row_hash(f"{account['id']}\x1f{name or ''}\x1f{org}\x1f{crm_type or ''}")
+                    buffer.append(
+                        (row.row_number, row.line, account["id"], org, crm_type, name, values, None, None)
+                    )
+                else:
+                    raw = raw_json(row.data)
+                    account_id, org = invalid_row_key(row.data, self.validator)
+                    buffer.append(
+                        (row.row_number, row.line, account_id, org, None, None, row_hash(raw), reason, raw)
+                    )
+                if len(buffer) >= self.options.stage_rows:
+                    self.db.stage(stage, STAGE_COLUMNS, buffer)
+                    buffer = []
+                    now = time.monotonic()
+                    if now - last >= self.options.progress_interval:
+                        last = now
+                        self.log.info(
+                            "Planning: %d source rows read (%.0f rows/s)", count, count / (now - started)
+                        )
+        self.db.stage(stage, STAGE_COLUMNS, buffer)
+        self.log.info("Planning: %d source rows read in %.1f s", count, time.monotonic() - started)
+        return count
+
+    def _write_plan(self, stage: str, source_rows: int) -> None:
+        """Replace this run's plan and row with the change between ``stage`` and the members."""
+        tables, options = self.tables, self.options
+        run = [options.list_id, options.run_id]
+        # Plans of finished runs and dry runs go; a plan left unfinished stays until it is completed.
+        self.db.execute(
+            f"DELETE FROM {tables.plan.sql} WHERE list_id = ? AND (run_id = ? OR run_id IN "
+            f"(SELECT run_id FROM {tables.runs.sql} WHERE list_id = ? AND status <> ?))",
+            [options.list_id, options.run_id, options.list_id, SENDING],
+        )
+        self.db.execute(f"DELETE FROM {tables.runs.sql} WHERE list_id = ? AND run_id = ?", run)
+        firsts = (
+            "SELECT account_id, crm_org_id, crm_type, account_name, row_hash, ROW_NUMBER() OVER "
+            f"(PARTITION BY account_id, crm_org_id ORDER BY record) AS nth FROM {stage} WHERE reason IS NULL"
+        )
+        refused = f"SELECT 1 FROM {tables.rejects.sql} r WHERE r.list_id = ? AND r.row_hash = s.row_hash"
+        member = (
+            f"SELECT 1 FROM {tables.members.sql} m WHERE m.list_id = ? AND m.account_id = s.account_id "
+            "AND m.crm_org_id = s.crm_org_id"
+        )
+        columns = "list_id, run_id, action, seq, account_id, crm_org_id, crm_type, account_name, row_hash"
+        self.db.execute(
+            f"INSERT INTO {tables.plan.sql} ({columns}) SELECT ?, ?, 'add', "
+            "ROW_NUMBER() OVER (ORDER BY s.account_id, s.crm_org_id), s.account_id, s.crm_org_id, "
+            f"s.crm_type, s.account_name, s.row_hash FROM ({firsts}) s "
+            f"WHERE s.nth = 1 AND NOT EXISTS ({member}) AND NOT EXISTS ({refused})",
+            [*run, options.list_id, options.list_id],
+        )
+        if options.mode == "mirror":
+            self.db.execute(
+                f"INSERT INTO {tables.plan.sql} ({columns}) SELECT ?, ?, 'remove', "
+                "ROW_NUMBER() OVER (ORDER BY m.account_id, m.crm_org_id), m.account_id, m.crm_org_id, "
+                f"m.crm_type, m.account_name, m.row_hash FROM {tables.members.sql} m WHERE m.list_id = ? "
+                f"AND NOT EXISTS (SELECT 1 FROM {stage} s WHERE s.account_id = m.account_id "
+                "AND s.crm_org_id = m.crm_org_id)",
+                [*run, options.list_id],
+            )
+        counts = dict(
+            self.db.rows(
+                f"SELECT action, COUNT(*) FROM {tables.plan.sql} WHERE list_id = ? AND run_id = ? "
+                "GROUP BY action",
+                run,
+            )
+        )
+        new_invalid = f"FROM {stage} s WHERE s.reason IS NOT NULL AND NOT EXISTS ({refused})"
+        rejected = self._count(new_invalid, [options.list_id])
+        refused_before = self._count(
+            f"FROM ({firsts}) s WHERE s.nth = 1 AND NOT EXISTS ({member}) AND EXISTS ({refused})",
+            [options.list_id, options.list_id],
+        ) + self._count(
+            f"FROM {stage} s WHERE s.reason IS NOT NULL AND EXISTS ({refused})", [options.list_id]
+        )
+        self._check_rejected(rejected, source_rows, stage, refused)
+        now = utc_now()
+        if not options.dry_run:
+            self.db.execute(
+                f"INSERT INTO {tables.rejects.sql} (list_id, run_id, action, account_id, crm_org_id, "
+                "row_hash, reason, record, line, raw, recorded_at) SELECT ?, ?, 'invalid', s.account_id, "
+                f"s.crm_org_id, s.row_hash, s.reason, s.record, s.line, s.raw, ? {new_invalid}",
+                [*run, now, options.list_id],
+            )
+        self.db.execute(
+            f"INSERT INTO {tables.runs.sql} (list_id, run_id, mode, status, source_rows, to_add, to_remove, "
+            "add_done, remove_done, added, removed, duplicates, not_found, rejected, held, started_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, 0, ?, ?, ?)",
+            [
+                *run,
+                options.mode,
+                DRY_RUN if options.dry_run else SENDING,
+                source_rows,
+                int(counts.get("add", 0)),
+                int(counts.get("remove", 0)),
+                rejected,
+                refused_before,
+                now,
+            ],
+        )
+
+    def _count(self, rows: str, params: list[Any]) -> int:
+        """``SELECT COUNT(*)`` of ``rows`` (a ``FROM ...`` clause)."""
+        return int(self.db.value(f"SELECT COUNT(*) {rows}", params) or 0)
+
+    def _check_rejected(self, rejected: int, source_rows: int, stage: str, refused: str) -> None:
+        """Fail past ``max_rejected``; a dry run only warns, so a preview shows the whole plan.
+
+        Nothing is recorded when this raises, so the next run meets the same rows and fails the same
+        way until the source is fixed or the limit raised.
+        """
+        try:
+            check_rejects(
+                rejected,
+                self.options.max_rejected,
+                total=source_rows,
+                what="source rows are invalid",
+                examples=self._examples(stage, refused),
+                rejects_path=None,
+                outcome="Nothing was sent or recorded.",
+            )
+        except TooManyRejects as err:
+            if not self.options.dry_run:
+                raise
+            self.log.warning("%s (dry run: reported, not enforced)", err)
+
+    def _examples(self, stage: str, refused: str) -> list[str]:
+        """The first invalid rows not refused before, for the error message."""
+        rows = self.db.rows(
+            f"SELECT record, reason FROM {stage} s WHERE s.reason IS NOT NULL AND NOT EXISTS ({refused}) "
+            f"ORDER BY record LIMIT {_SAMPLE}",
+            [self.options.list_id],
+        )
+        return [describe_reject(reason, record) for record, reason in rows]
+
+    def log_plan(self, summary: Mapping[str, Any]) -> None:
+        """Counts and a sample of each action, so a dry run (or a surprise) is readable in the log."""
+        options = self.options
+        self.log.info(
+            "Plan for list %s (%s%s): %d to add, %d to remove, %d rejected now, %d skipped as refused "
+            "before, from %d source rows",
+            options.list_id,
+            options.mode,
+            ", dry run" if options.dry_run else "",
+            summary["to_add"],
+            summary["to_remove"],
+            summary["rejected"],
+            summary["held"],
+            summary["source_rows"],
+        )
+        for action in ("add", "remove"):
+            sample = self.db.rows(
+                f"SELECT account_id, crm_org_id FROM {self.tables.plan.sql} WHERE list_id = ? AND run_id = ? "
+                f"AND action = ? ORDER BY seq LIMIT {_SAMPLE}",
+                [options.list_id, options.run_id, action],
+            )
+            if sample:
+                shown = [f"{i}@{org}" if org else str(i) for i, org in sample]
+                self.log.info("  e.g. to %s: %s", action, ", ".join(shown))

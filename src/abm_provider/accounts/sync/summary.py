@@ -1,0 +1,91 @@
+"""What a sync run returns: its counts, read back from its row in the runs table, and the drift check.
+
+The summary is read from the runs table rather than added up in memory, so a run resumed after a
+crash or a retry reports the whole run, not only its last try. It holds counts and flags only, never
+an account, because it goes to XCom and the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from abm_provider.accounts.sync.state import DRY_RUN
+from abm_provider.exceptions import AbmApiError
+
+if TYPE_CHECKING:
+    from abm_provider.accounts.sync.database import StateDatabase
+    from abm_provider.accounts.sync.options import SyncOptions
+    from abm_provider.accounts.sync.state import StateTables
+    from abm_provider.hooks.abm import AbmHook
+
+#: The keys of the summary a sync returns; every one is a count or a flag, never an account.
+SUMMARY_KEYS: tuple[str, ...] = (
+    "to_add",
+    "to_remove",
+    "added",
+    "removed",
+    "duplicates",
+    "not_found",
+    "rejected",
+    "dry_run",
+)
+#: The counts of the summary, each a column of the runs table of the same name.
+_COUNTS = tuple(key for key in SUMMARY_KEYS if key != "dry_run")
+
+
+def read_summary(db: StateDatabase, tables: StateTables, options: SyncOptions) -> dict[str, Any]:
+    """The run's counts from its row in the runs table (cumulative over the run's tries).
+
+    ``held`` counts the rows refused in an earlier run with the same values, so skipped.
+    """
+    row = db.rows(
+        f"SELECT {', '.join(_COUNTS)}, status, held, source_rows FROM {tables.runs.sql} "
+        "WHERE list_id = ? AND run_id = ?",
+        [options.list_id, options.run_id],
+    )
+    *counts, status, held, source_rows = row[0]
+    summary: dict[str, Any] = {name: int(count) for name, count in zip(_COUNTS, counts, strict=True)}
+    summary["dry_run"] = status == DRY_RUN
+    summary["held"] = int(held)
+    summary["source_rows"] = int(source_rows)
+    summary["list_id"] = options.list_id
+    summary["mode"] = options.mode
+    summary["state_count"] = member_count(db, tables, options.list_id)
+    return summary
+
+
+def member_count(db: StateDatabase, tables: StateTables, list_id: str) -> int:
+    """How many accounts the list holds by our record."""
+    return int(db.value(f"SELECT COUNT(*) FROM {tables.members.sql} WHERE list_id = ?", [list_id]) or 0)
+
+
+def check_drift(hook: AbmHook, summary: dict[str, Any], list_id: str, log: logging.Logger | Any) -> None:
+    """Warn when the service's ``estimatedAccountsCount`` differs from the state's count.
+
+    Adds ``service_count`` to ``summary``. A failed read only skips the check: the sync itself is
+    done and recorded by then, and failing the task would have its retry send nothing new.
+    """
+    service_count: int | None = None
+    try:
+        for item in hook.iter_account_lists():
+            if item.get("id") == list_id:
+                service_count = int(str(item.get("estimatedAccountsCount", "0")) or 0)
+                break
+    except (AbmApiError, ValueError) as err:
+        log.warning("Drift check skipped: could not read the list's account count: %s", err)
+        return
+    summary["service_count"] = service_count
+    if service_count is None:
+        log.warning("Drift check: list %s was not found among the account lists", list_id)
+    elif service_count != summary["state_count"]:
+        log.warning(
+            "Drift: the service estimates %d accounts on list %s, the state records %d. The list may "
+            "have been changed outside this sync, or the estimate lags; accounts the state does not "
+            "know about are never removed by mirror mode.",
+            service_count,
+            list_id,
+            summary["state_count"],
+        )
+    else:
+        log.info("Drift check: the service and the state agree on %d accounts", service_count)

@@ -1,0 +1,1 @@
+"""Tests of ``abm_provider.common``, one module per source module."""
