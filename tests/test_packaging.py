@@ -136,7 +136,7 @@ def test_the_provider_wheel_alone_imports_every_module_and_registers(
     env.pop("AIRFLOW__CORE__DAGS_FOLDER", None)
     result = json.loads(_run(str(python), "-c", script, env=env).strip().splitlines()[-1])
     assert result["failed"] == {}
-    assert {"abm_provider.warehouse.duckdb", "abm_provider.hooks.abm"} <= set(result["names"])
+    assert {"abm_provider.warehouse.dialects.duckdb", "abm_provider.hooks.abm"} <= set(result["names"])
     listed = _run(str(bin_dir / "airflow"), "providers", "list", "--output", "json", env=env)
     providers = {row["package_name"]: row for row in json.loads(listed[listed.index("[") :])}
     assert providers["airflow-provider-abm"]["version"] == VERSION

@@ -23,10 +23,10 @@ import psycopg
 
 def count_blocked_readers() -> list[Any]:
     """Patch :class:`BytePipe` so each pipe counts the reads waiting on its queue; the pipes made."""
-    from abm_provider import download
+    from abm_provider.exports import pipe
 
     made: list[Any] = []
-    original = download.BytePipe.__init__
+    original = pipe.BytePipe.__init__
 
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
@@ -43,13 +43,13 @@ def count_blocked_readers() -> list[Any]:
         self._queue.get = get
         made.append(self)
 
-    download.BytePipe.__init__ = init  # type: ignore[method-assign]
+    pipe.BytePipe.__init__ = init  # type: ignore[method-assign]
     return made
 
 
 def kill_the_copy_midway(dsn: str, schema: str) -> None:
     """Two chunks into each ``COPY``, terminate the backend running it (this child's own)."""
-    from abm_provider.warehouse import postgres
+    from abm_provider.warehouse.dialects import postgres
 
     original = postgres._progress
 

@@ -33,8 +33,8 @@ if str(_TRANSFERS) not in sys.path:
 from load_warehouses import native_warehouse, pg_schema, warehouse  # noqa: E402
 from loadtest_support import TACTIC_COLUMNS, days, download_xcom, expected, tactic_rows, write_csv  # noqa: E402
 
-from abm_provider.warehouse.duckdb import DuckDBLoader  # noqa: E402
-from abm_provider.warehouse.postgres import PostgresLoader  # noqa: E402
+from abm_provider.warehouse.dialects.duckdb import DuckDBDialect  # noqa: E402
+from abm_provider.warehouse.dialects.postgres import PostgresDialect  # noqa: E402
 
 __all__ = ["native_warehouse", "pg_schema", "warehouse"]
 
@@ -139,7 +139,7 @@ def test_two_loads_at_once_keep_the_newer_figures_in_either_commit_order(
         "newer": native_warehouse.operator(source=exports.source("exec-B", exports.newer, T2)),
     }
     turns = Turns(first, "older" if first == "newer" else "newer")
-    for cls in (DuckDBLoader, PostgresLoader):
+    for cls in (DuckDBDialect, PostgresDialect):
         monkeypatch.setattr(cls, "lock", turns.wrap(cls.lock))
 
     out = _run_at_once(ops)

@@ -52,22 +52,22 @@ MiB = 1 << 20
 # --- downloads ------------------------------------------------------------------------------------
 
 _AFTER_1_MIB = """
-    from abm_provider import download
-    original = download.HashingSink.write
+    from abm_provider.exports import archive
+    original = archive.HashingSink.write
     def write(self, data):
         written = original(self, data)
         if self.count >= 1 << 20:
             wait_to_be_killed()
         return written
-    download.HashingSink.write = write
+    archive.HashingSink.write = write
 """
 _BEFORE_RENAME = """
-    from abm_provider import download
-    download.AtomicFile.commit = lambda self: wait_to_be_killed()
+    from abm_provider.exports import archive
+    archive.AtomicFile.commit = lambda self: wait_to_be_killed()
 """
 _BEFORE_MANIFEST = """
-    from abm_provider import fetch
-    fetch.write_manifest = lambda target, data: wait_to_be_killed()
+    from abm_provider.exports import download
+    download.write_manifest = lambda target, data: wait_to_be_killed()
 """
 DOWNLOAD_POINTS = {
     "mid_body_csv": (_AFTER_1_MIB, {}),
@@ -189,7 +189,7 @@ def _storage(path: Path) -> Any:
 # --- warehouse loads ------------------------------------------------------------------------------
 
 _CONN_PROXY = """
-    from abm_provider.warehouse.base import WarehouseLoader
+    from abm_provider.warehouse.flow import WarehouseLoader
     class Conn:
         def __init__(self, conn):
             self._conn = conn
@@ -203,7 +203,7 @@ _CONN_PROXY = """
     WarehouseLoader._run = _run
 """
 _MID_STAGE = """
-    from abm_provider.warehouse import duckdb as duck, postgres as pg
+    from abm_provider.warehouse.dialects import duckdb as duck, postgres as pg
     def patched(original):
         def iter_records(*args, **kwargs):
             for number, record in enumerate(original(*args, **kwargs), start=1):
@@ -215,7 +215,7 @@ _MID_STAGE = """
     pg.iter_records = patched(pg.iter_records)
 """
 _AFTER = """
-    from abm_provider.warehouse.base import WarehouseLoader
+    from abm_provider.warehouse.flow import WarehouseLoader
     original = WarehouseLoader.{method}
     def patched(self, *args, **kwargs):
         out = original(self, *args, **kwargs)

@@ -83,9 +83,9 @@ def target(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any
 
 def _disk_refuses(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
     """Every write of the archive's temporary file fails with ``code``; ENOSPC comes from /dev/full."""
-    from abm_provider import download
+    from abm_provider.exports import archive
 
-    original = download.AtomicFile.open
+    original = archive.AtomicFile.open
 
     def open_(self: Any) -> Any:
         if self._file is None and code == errno.ENOSPC:
@@ -101,7 +101,7 @@ def _disk_refuses(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
             file.write = write  # type: ignore[method-assign]
         return file
 
-    monkeypatch.setattr(download.AtomicFile, "open", open_)
+    monkeypatch.setattr(archive.AtomicFile, "open", open_)
 
 
 @pytest.mark.parametrize(
@@ -146,7 +146,7 @@ def test_a_load_that_fails_on_its_own_stops_the_download_without_retrying_it(
     storage.body = _export(60, 3000)  # 12 MiB: many COPY chunks,
     storage.rate = 4 << 20  # served for 3 s: the download still runs when the load fails
     target = postgres_target(pg_schemas(), monkeypatch)
-    from abm_provider.warehouse import postgres
+    from abm_provider.warehouse.dialects import postgres
 
     original = postgres._progress
 

@@ -17,7 +17,7 @@ from loadtest_support import (
     write_csv,
 )
 
-from abm_provider.warehouse.base import WarehouseLoader
+from abm_provider.warehouse.flow import WarehouseLoader
 
 START = dt.date(2026, 10, 1)
 

@@ -181,3 +181,20 @@ def locate(path: Path, expected_fields: int, numbers: Set[int]) -> dict[int, Rec
         if record.number >= last:
             break
     return found
+
+
+def awkward_bytes(path: Path) -> str | None:
+    """Name the first byte the databases' own CSV readers mishandle (carriage return, NUL), or ``None``.
+
+    DuckDB's reader mis-splits a carriage return inside a quoted field, MySQL's ``LOAD DATA`` keeps
+    it in the last field of a CRLF line, and SQL text cannot hold a NUL byte: a file with either is
+    staged through Python instead. A byte search, so the fast path stays fast for machine-written
+    exports.
+    """
+    names = {b"\r": "carriage returns", b"\x00": "NUL bytes"}
+    with path.open("rb") as handle:
+        while chunk := handle.read(8 << 20):
+            for byte, name in names.items():
+                if byte in chunk:
+                    return name
+    return None
