@@ -80,8 +80,14 @@ class LedgerEntry:
         )
 
 
+def _column(d: Dialect, name: str, sql_type: str) -> str:
+    """``name TYPE [constraints]``, the type spelled by the dialect."""
+    kind, _, constraints = sql_type.partition(" ")
+    return " ".join(part for part in (name, d.type_sql(kind), constraints) if part)
+
+
 def create_sql(d: Dialect, ledger: TableName) -> str:
-    columns = ", ".join(f"{name} {sql_type}" for name, sql_type in LEDGER_COLUMNS)
+    columns = ", ".join(_column(d, name, sql_type) for name, sql_type in LEDGER_COLUMNS)
     return f"CREATE TABLE IF NOT EXISTS {d.table_sql(ledger)} ({columns})"
 
 
@@ -124,7 +130,7 @@ def add_column_sql(d: Dialect, ledger: TableName, name: str, sql_type: str) -> s
     """Add a column to an older ledger; ``IF NOT EXISTS`` where the dialect has it, so a load into
     another table that migrated the same ledger meanwhile is no error."""
     guard = "IF NOT EXISTS " if d.add_column_if_not_exists else ""
-    return f"ALTER TABLE {d.table_sql(ledger)} ADD COLUMN {guard}{name} {sql_type}"
+    return f"ALTER TABLE {d.table_sql(ledger)} ADD COLUMN {guard}{_column(d, name, sql_type)}"
 
 
 def _latest_sql(d: Dialect, ledger: TableName) -> str:

@@ -69,7 +69,10 @@ def insert_sql(d: Dialect, request: LoadRequest, plan: ColumnPlan, *, keep_newer
 
 def create_table_sql(d: Dialect, request: LoadRequest, plan: ColumnPlan) -> str:
     columns = [f"{d.quote(n)} {d.column_type(plan.kinds[n])}" for n in plan.header]
-    columns += [f"{d.quote(EXECUTION_ID_COLUMN)} TEXT", f"{d.quote(LOADED_AT_COLUMN)} TIMESTAMP"]
+    columns += [
+        f"{d.quote(EXECUTION_ID_COLUMN)} {d.type_sql('TEXT')}",
+        f"{d.quote(LOADED_AT_COLUMN)} {d.type_sql('TIMESTAMP')}",
+    ]
     return f"CREATE TABLE IF NOT EXISTS {d.table_sql(request.table)} ({', '.join(columns)})"
 
 

@@ -98,9 +98,13 @@ class Dialect(ABC):
         name = self.quote(table.name)
         return f"{self.quote(table.schema)}.{name}" if table.schema else name
 
+    def type_sql(self, sql_type: str) -> str:
+        """The dialect's spelling of a standard SQL type (``TEXT``, ``TIMESTAMP``...) of a column."""
+        return sql_type
+
     def column_type(self, kind: Kind) -> str:
         """The SQL type of a column of this kind in the target table."""
-        return kind.sql_type
+        return self.type_sql(kind.sql_type)
 
     def typed(self, column: str, kind: Kind) -> str:
         """SQL turning a staged (text) column into the table's type."""
