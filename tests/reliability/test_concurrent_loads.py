@@ -29,14 +29,14 @@ _TRANSFERS = Path(__file__).resolve().parents[1] / "transfers"
 if str(_TRANSFERS) not in sys.path:
     sys.path.insert(0, str(_TRANSFERS))
 
-# The fixtures this module uses (``native_warehouse`` asks for ``pg_schema`` by name).
-from load_warehouses import native_warehouse, pg_schema, warehouse  # noqa: E402
+# The fixtures this module uses (``warehouse`` asks for ``pg_schema`` and ``mariadb_database`` by name).
+from load_warehouses import mariadb_database, native_warehouse, pg_schema, warehouse  # noqa: E402
 from loadtest_support import TACTIC_COLUMNS, days, download_xcom, expected, tactic_rows, write_csv  # noqa: E402
 
 from abm_provider.warehouse.dialects.duckdb import DuckDBDialect  # noqa: E402
 from abm_provider.warehouse.dialects.postgres import PostgresDialect  # noqa: E402
 
-__all__ = ["native_warehouse", "pg_schema", "warehouse"]
+__all__ = ["mariadb_database", "native_warehouse", "pg_schema", "warehouse"]
 
 TP = "TACTIC_PERFORMANCE"
 START = dt.date(2026, 10, 1)

@@ -1,5 +1,6 @@
 """The warehouses of the loader tests, with their fixtures: a DuckDB file, a real PostgreSQL (a schema of
-its own per test), and the generic path against PostgreSQL and SQLite.
+its own per test), a real MariaDB (a database of its own per test), and the generic path against
+PostgreSQL and SQLite (a connection type no dialect is registered for).
 
 A module with a name of its own, not ``conftest``, so that other test folders import the same
 fixtures and helpers without depending on which ``conftest`` module pytest imported last.
@@ -16,11 +17,12 @@ from typing import Any
 
 import pytest
 from airflow.providers.common.sql.hooks.sql import DbApiHook
-from loadtest_support import duckdb_conn_env, postgres_conn_env, table_contents
+from loadtest_support import duckdb_conn_env, mysql_conn_env, postgres_conn_env, table_contents
 
 from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
 
 PG_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=3"
+MARIADB = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": "", "connect_timeout": 3}
 
 
 def postgres_available() -> str | None:
@@ -39,6 +41,27 @@ def _require_postgres() -> None:
     reason = postgres_available()
     if reason:
         pytest.skip(reason)
+
+
+def _mariadb() -> Any:
+    """A connection to the test MariaDB's server; the test is skipped, saying why, when it does not answer."""
+    import MySQLdb  # the [mysql] extra: a missing driver is a failed install, not a reason to skip
+
+    try:
+        return MySQLdb.connect(**MARIADB)
+    except MySQLdb.OperationalError as exc:
+        pytest.skip(f"MariaDB at 127.0.0.1:3306 (user root, no password) is not reachable: {exc}")
+
+
+@pytest.fixture
+def mariadb_database() -> Iterator[str]:
+    """A database of its own on the test MariaDB, dropped after the test."""
+    name = f"abm_load_{uuid.uuid4().hex[:10]}"
+    with closing(_mariadb()) as conn:
+        conn.cursor().execute(f"CREATE DATABASE `{name}`")
+    yield name
+    with closing(_mariadb()) as conn:
+        conn.cursor().execute(f"DROP DATABASE `{name}`")
 
 
 class SqliteTestHook(DbApiHook):
@@ -84,6 +107,10 @@ class Warehouse:
             from airflow.providers.duckdb.hooks.duckdb import DuckDBHook
 
             return DuckDBHook(duckdb_conn_id=self.conn_id)
+        if self.kind == "mariadb":
+            from airflow.providers.mysql.hooks.mysql import MySqlHook
+
+            return MySqlHook(mysql_conn_id=self.conn_id)
         from airflow.providers.postgres.hooks.postgres import PostgresHook
 
         return PostgresHook(postgres_conn_id=self.conn_id)
@@ -140,9 +167,14 @@ def make_warehouse(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, r
         monkeypatch.setenv("AIRFLOW_CONN_WH_DUCKDB", duckdb_conn_env(tmp_path / "wh.duckdb"))
         return Warehouse(kind, "wh_duckdb", "tactic_perf", "auto")
     if kind == "sqlite":
+        # "auto": no dialect is registered for SQLite, so the registry gives it the generic path.
         return Warehouse(
-            kind, "wh_sqlite", "tactic_perf", "generic", hook=SqliteTestHook(tmp_path / "wh.sqlite")
+            kind, "wh_sqlite", "tactic_perf", "auto", hook=SqliteTestHook(tmp_path / "wh.sqlite")
         )
+    if kind == "mariadb":
+        database = request.getfixturevalue("mariadb_database")
+        monkeypatch.setenv("AIRFLOW_CONN_WH_MYSQL", mysql_conn_env())
+        return Warehouse(kind, "wh_mysql", f"{database}.tactic_perf", "auto")
     schema = request.getfixturevalue("pg_schema")
     monkeypatch.setenv("AIRFLOW_CONN_WH_PG", postgres_conn_env())
     return Warehouse(
@@ -150,7 +182,7 @@ def make_warehouse(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, r
     )
 
 
-@pytest.fixture(params=["duckdb", "postgres", "postgres_generic", "sqlite"])
+@pytest.fixture(params=["duckdb", "postgres", "postgres_generic", "sqlite", "mariadb"])
 def warehouse(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Warehouse:
     return make_warehouse(request.param, tmp_path, monkeypatch, request)
 

@@ -159,6 +159,12 @@ def duckdb_conn_env(path: Path, **extra: Any) -> str:
     return json.dumps({"conn_type": "duckdb", "host": str(path), "extra": extra})
 
 
+def mysql_conn_env(database: str = "test") -> str:
+    return json.dumps(
+        {"conn_type": "mysql", "host": "127.0.0.1", "port": 3306, "login": "root", "schema": database}
+    )
+
+
 def postgres_conn_env(schema: str = "test") -> str:
     return json.dumps(
         {"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres", "schema": schema}

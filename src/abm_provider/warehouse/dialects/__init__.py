@@ -22,6 +22,7 @@ DIALECTS: dict[str, str] = {
     "duckdb": "abm_provider.warehouse.dialects.duckdb.DuckDBDialect",
     "postgres": "abm_provider.warehouse.dialects.postgres.PostgresDialect",
     "postgresql": "abm_provider.warehouse.dialects.postgres.PostgresDialect",
+    "mysql": "abm_provider.warehouse.dialects.mysql.MySQLDialect",
 }
 GENERIC = "abm_provider.warehouse.dialects.generic.GenericDialect"
 
