@@ -117,17 +117,21 @@ class MySQLDialect(GenericDialect):
     def stage(
         self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str, incoming: IncomingFile
     ) -> Staged:
-        self.create_stage(cur, plan, "_rec BIGINT AUTO_INCREMENT PRIMARY KEY")
+        record = "_rec BIGINT AUTO_INCREMENT PRIMARY KEY"
+        if plan.table_exists:
+            # The delete of restated rows looks each table row up in the stage by key. Declared with
+            # the stage, the index is filled as the rows arrive: adding it afterwards copies the table.
+            keys = ", ".join(
+                f"{self.quote(k)}({_KEY_PREFIX})" if plan.kinds[k] is Kind.TEXT else self.quote(k)
+                for k in request.key_columns
+            )
+            record += f", INDEX _abm_stage_key ({keys})"
+        self.create_stage(cur, plan, record)
         staged = self._load_data(cur, request, plan)
         if staged is None:
             cur.execute(f"DELETE FROM {STAGE_TABLE}")
             staged = self.stage_checked(cur, request, plan)
         if plan.table_exists:
-            keys = ", ".join(
-                f"{self.quote(k)}({_KEY_PREFIX})" if plan.kinds[k] is Kind.TEXT else self.quote(k)
-                for k in request.key_columns
-            )
-            cur.execute(f"ALTER TABLE {STAGE_TABLE} ADD INDEX _abm_stage_key ({keys})")
             self.analyze(cur, STAGE_TABLE)
         return staged
 
