@@ -47,7 +47,7 @@ class Record:
 
     @property
     def structural_error(self) -> str | None:
-        """Why the record cannot be split into fields, or is not UTF-8; ``None`` when it is sound."""
+        """Why the record cannot be split into fields, or is not UTF-8; ``None`` when it is well formed."""
         return self.error
 
 
