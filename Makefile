@@ -9,7 +9,7 @@ export UV_LINK_MODE := copy
 export UV_PYTHON := $(PYTHON)
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: help install browser test lint typecheck unit release-check compat demo bench e2e clean
+.PHONY: help install mariadb-dev browser test lint typecheck unit release-check compat demo bench e2e clean
 
 help:
 	@echo "make demo    - the main job end to end: emulator + both example DAGs into DuckDB, then a summary"
@@ -22,7 +22,20 @@ $(UV):
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check "uv==0.13.9"
 
-$(VENV)/.synced: $(UV) uv.lock pyproject.toml emulator/pyproject.toml
+# mysqlclient (the [mysql] extra, through the MySQL provider) has no Linux wheel: it is built against
+# MariaDB Connector/C, found by pkg-config. Debian's libmariadb-dev is installed when missing and make
+# runs as root, so a fresh machine needs nothing by hand.
+mariadb-dev:
+	@if command -v pkg-config >/dev/null && { pkg-config --exists mariadb || pkg-config --exists mysqlclient; }; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's libmariadb-dev and pkg-config to build mysqlclient (the [mysql] extra)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libmariadb-dev pkg-config gcc >/dev/null; \
+	else \
+	  echo "!!! MariaDB Connector/C headers missing and not root: mysqlclient (the [mysql] extra) cannot build."; \
+	  echo "!!! Install them with: sudo apt-get install libmariadb-dev pkg-config"; exit 1; \
+	fi
+
+$(VENV)/.synced: $(UV) uv.lock pyproject.toml emulator/pyproject.toml | mariadb-dev
 	$(UV) sync --frozen --all-extras --all-packages
 	@touch $@
 

@@ -8,7 +8,7 @@ each in a fresh database file under the same ``memory_limit``:
 3. ``typed + rules``: the same with the column rules evaluated on the text (what the loader runs);
 4. ``key check``: the ``GROUP BY`` that looks for a repeated natural key after 3.
 
-The SQL is built by :mod:`abm_provider.warehouse.duckdb` itself, so it is the statement the loader
+The SQL is built by :mod:`abm_provider.warehouse.dialects.duckdb` itself, so it is the statement the loader
 runs. Prints each median; a benchmark, not a test: nothing is asserted.
 
     .venv/bin/python scripts/measure_duckdb_load.py [--size-mib 1024] [--repeat 3] [--memory-limit 256MB]
@@ -28,8 +28,8 @@ from typing import Any
 import duckdb
 
 from abm_emulator.csvgen import write_export
-from abm_provider.warehouse.base import ColumnPlan
-from abm_provider.warehouse.duckdb import DuckDBLoader, direct_insert_sql
+from abm_provider.warehouse.checks import ColumnPlan
+from abm_provider.warehouse.dialects.duckdb import DuckDBDialect, direct_insert_sql
 from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, export_schema, quote
 
 EXPORT_TYPE = "TACTIC_PERFORMANCE"
@@ -50,7 +50,7 @@ Statement = tuple[str, list[Any]]
 
 
 def _statements(plan: ColumnPlan, keys: tuple[str, ...], csv: Path) -> dict[str, list[Statement]]:
-    rules = DuckDBLoader(hook=None).reason_sql(plan, keys)
+    rules = DuckDBDialect(None).reason_sql(plan, keys)
     lineage: list[Any] = ["measure", datetime.now(UTC).replace(tzinfo=None), str(csv)]
     typed = (direct_insert_sql("t", plan, "CAST(NULL AS TEXT)"), lineage)  # no rule can stop it
     checked = (direct_insert_sql("t", plan, rules), lineage)

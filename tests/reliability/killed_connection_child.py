@@ -49,7 +49,7 @@ def count_blocked_readers() -> list[Any]:
 
 def kill_the_copy_midway(dsn: str, schema: str) -> None:
     """Two chunks into each ``COPY``, terminate the backend running it (this child's own)."""
-    from abm_provider.warehouse import postgres
+    from abm_provider.warehouse.dialects import postgres
 
     original = postgres._progress
 

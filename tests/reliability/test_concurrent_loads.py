@@ -23,14 +23,14 @@ from typing import Any
 
 import pytest
 
-from abm_provider.warehouse.duckdb import DuckDBLoader
-from abm_provider.warehouse.postgres import PostgresLoader
+from abm_provider.warehouse.dialects.duckdb import DuckDBDialect
+from abm_provider.warehouse.dialects.postgres import PostgresDialect
 from support.export_files import TACTIC_COLUMNS, days, download_xcom, expected, tactic_rows, write_csv
 
-# The fixtures this module uses (``native_warehouse`` asks for ``pg_schema`` by name).
-from support.warehouses import native_warehouse, pg_schema, warehouse
+# The fixtures this module uses (``warehouse`` asks for ``pg_schema`` and ``mariadb_database`` by name).
+from support.warehouses import mariadb_database, native_warehouse, pg_schema, warehouse
 
-__all__ = ["native_warehouse", "pg_schema", "warehouse"]
+__all__ = ["mariadb_database", "native_warehouse", "pg_schema", "warehouse"]
 
 TP = "TACTIC_PERFORMANCE"
 START = dt.date(2026, 10, 1)
@@ -133,7 +133,7 @@ def test_two_loads_at_once_keep_the_newer_figures_in_either_commit_order(
         "newer": native_warehouse.operator(source=exports.source("exec-B", exports.newer, T2)),
     }
     turns = Turns(first, "older" if first == "newer" else "newer")
-    for cls in (DuckDBLoader, PostgresLoader):
+    for cls in (DuckDBDialect, PostgresDialect):
         monkeypatch.setattr(cls, "lock", turns.wrap(cls.lock))
 
     out = _run_at_once(ops)

@@ -180,7 +180,7 @@ def _storage(path: Path) -> Any:
 # --- warehouse loads ------------------------------------------------------------------------------
 
 _CONN_PROXY = """
-    from abm_provider.warehouse.base import WarehouseLoader
+    from abm_provider.warehouse.flow import WarehouseLoader
     class Conn:
         def __init__(self, conn):
             self._conn = conn
@@ -194,7 +194,7 @@ _CONN_PROXY = """
     WarehouseLoader._run = _run
 """
 _MID_STAGE = """
-    from abm_provider.warehouse import duckdb as duck, postgres as pg
+    from abm_provider.warehouse.dialects import duckdb as duck, postgres as pg
     def patched(original):
         def iter_records(*args, **kwargs):
             for number, record in enumerate(original(*args, **kwargs), start=1):
@@ -206,7 +206,7 @@ _MID_STAGE = """
     pg.iter_records = patched(pg.iter_records)
 """
 _AFTER = """
-    from abm_provider.warehouse.base import WarehouseLoader
+    from abm_provider.warehouse.flow import WarehouseLoader
     original = WarehouseLoader.{method}
     def patched(self, *args, **kwargs):
         out = original(self, *args, **kwargs)

@@ -139,7 +139,7 @@ def test_a_load_that_fails_on_its_own_stops_the_download_without_retrying_it(
     storage.body = _export(60, 3000)  # 12 MiB: many COPY chunks,
     storage.rate = 4 << 20  # served for 3 s: the download still runs when the load fails
     target = postgres_target(pg_schemas(), monkeypatch)
-    from abm_provider.warehouse import postgres
+    from abm_provider.warehouse.dialects import postgres
 
     original = postgres._progress
 

@@ -42,7 +42,9 @@ def test_every_module_imports() -> None:
         except Exception as err:
             failed[name] = repr(err)
     assert failed == {}
-    assert {"abm_provider.compat", "abm_provider.hooks.abm", "abm_provider.warehouse.duckdb"} <= set(names)
+    assert {"abm_provider.compat", "abm_provider.hooks.abm", "abm_provider.warehouse.dialects.duckdb"} <= set(
+        names
+    )
 
 
 def test_the_state_dir_set_in_the_airflow_configuration_is_used(

@@ -1,5 +1,6 @@
 """The warehouses of the loader tests, with their fixtures: a DuckDB file, a real PostgreSQL (a schema of
-its own per test), and the generic path against PostgreSQL and SQLite.
+its own per test), a real MariaDB (a database of its own per test), and the generic path against
+PostgreSQL and SQLite (a connection type no dialect is registered for).
 
 The generic path runs twice: against PostgreSQL (``method="generic"``) and against SQLite through a
 minimal common-sql ``DbApiHook`` (the SQLite provider is not installed), so it is exercised on a
@@ -25,6 +26,14 @@ from support.export_files import table_contents
 from support.postgres import conn_env, dsn, unusable
 
 PG_DSN = dsn()
+MARIADB = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": "", "connect_timeout": 3}
+
+
+def mysql_conn_env(database: str = "test") -> str:
+    """An ``AIRFLOW_CONN_*`` value (JSON) for a ``mysql`` connection to ``database`` on the test MariaDB."""
+    return json.dumps(
+        {"conn_type": "mysql", "host": "127.0.0.1", "port": 3306, "login": "root", "schema": database}
+    )
 
 
 def duckdb_conn_env(path: Path, **extra: Any) -> str:
@@ -37,6 +46,27 @@ def require_postgres() -> None:
     reason = unusable()
     if reason:
         pytest.skip(reason)
+
+
+def _mariadb() -> Any:
+    """A connection to the test MariaDB's server; the test is skipped, saying why, when it does not answer."""
+    import MySQLdb  # the [mysql] extra: a missing driver is a failed install, not a reason to skip
+
+    try:
+        return MySQLdb.connect(**MARIADB)
+    except MySQLdb.OperationalError as exc:
+        pytest.skip(f"MariaDB at 127.0.0.1:3306 (user root, no password) is not reachable: {exc}")
+
+
+@pytest.fixture
+def mariadb_database() -> Iterator[str]:
+    """A database of its own on the test MariaDB, dropped after the test."""
+    name = f"abm_load_{uuid.uuid4().hex[:10]}"
+    with closing(_mariadb()) as conn:
+        conn.cursor().execute(f"CREATE DATABASE `{name}`")
+    yield name
+    with closing(_mariadb()) as conn:
+        conn.cursor().execute(f"DROP DATABASE `{name}`")
 
 
 class SqliteTestHook(DbApiHook):
@@ -87,6 +117,10 @@ class Warehouse:
             from airflow.providers.duckdb.hooks.duckdb import DuckDBHook
 
             return DuckDBHook(duckdb_conn_id=self.conn_id)
+        if self.kind == "mariadb":
+            from airflow.providers.mysql.hooks.mysql import MySqlHook
+
+            return MySqlHook(mysql_conn_id=self.conn_id)
         from airflow.providers.postgres.hooks.postgres import PostgresHook
 
         return PostgresHook(postgres_conn_id=self.conn_id)
@@ -143,9 +177,14 @@ def make_warehouse(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, r
         monkeypatch.setenv("AIRFLOW_CONN_WH_DUCKDB", duckdb_conn_env(tmp_path / "wh.duckdb"))
         return Warehouse(kind, "wh_duckdb", "tactic_perf", "auto")
     if kind == "sqlite":
+        # "auto": no dialect is registered for SQLite, so the registry gives it the generic path.
         return Warehouse(
-            kind, "wh_sqlite", "tactic_perf", "generic", hook=SqliteTestHook(tmp_path / "wh.sqlite")
+            kind, "wh_sqlite", "tactic_perf", "auto", hook=SqliteTestHook(tmp_path / "wh.sqlite")
         )
+    if kind == "mariadb":
+        database = request.getfixturevalue("mariadb_database")
+        monkeypatch.setenv("AIRFLOW_CONN_WH_MYSQL", mysql_conn_env())
+        return Warehouse(kind, "wh_mysql", f"{database}.tactic_perf", "auto")
     schema = request.getfixturevalue("pg_schema")
     monkeypatch.setenv("AIRFLOW_CONN_WH_PG", conn_env())
     return Warehouse(
@@ -153,7 +192,7 @@ def make_warehouse(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, r
     )
 
 
-@pytest.fixture(params=["duckdb", "postgres", "postgres_generic", "sqlite"])
+@pytest.fixture(params=["duckdb", "postgres", "postgres_generic", "sqlite", "mariadb"])
 def warehouse(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Warehouse:
     return make_warehouse(request.param, tmp_path, monkeypatch, request)
 

@@ -100,18 +100,18 @@ def test_a_first_load_that_needs_the_stage_gives_the_staged_outcome(native_wareh
 
 def test_duckdb_reads_a_file_with_carriage_returns_once_for_its_byte_check(tmp_path, monkeypatch, request):
     """The one-pass attempt steps back at a carriage return; staging reuses that scan, not a second read."""
-    import abm_provider.warehouse.duckdb as duckdb_loader
+    import abm_provider.warehouse.dialects.duckdb as duckdb_loader
     from support.warehouses import make_warehouse
 
     warehouse = make_warehouse("duckdb", tmp_path, monkeypatch, request)
     scans: list[Path] = []
-    real = duckdb_loader._awkward_bytes
+    real = duckdb_loader.awkward_bytes
 
     def counted(path: Path) -> str | None:
         scans.append(path)
         return real(path)
 
-    monkeypatch.setattr(duckdb_loader, "_awkward_bytes", counted)
+    monkeypatch.setattr(duckdb_loader, "awkward_bytes", counted)
     path = tmp_path / "crlf.csv"
     lines = [",".join(TACTIC_COLUMNS), *(csv_record(r) for r in ROWS)]
     path.write_bytes(("\r\n".join(lines) + "\r\n").encode())

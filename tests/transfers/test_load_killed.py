@@ -18,7 +18,7 @@ from support.processes import run_until_killed
 KILL_POINTS = {
     # After the DELETE and the INSERT ran inside the transaction, before the ledger row and commit.
     "after_insert": """
-        from abm_provider.warehouse.base import WarehouseLoader
+        from abm_provider.warehouse.flow import WarehouseLoader
         original = WarehouseLoader.insert_new
         def insert_new(self, *args, **kwargs):
             rows = original(self, *args, **kwargs)
@@ -27,7 +27,7 @@ KILL_POINTS = {
     """,
     # In the middle of streaming the file to COPY (PostgreSQL).
     "mid_copy": """
-        from abm_provider.warehouse import postgres
+        from abm_provider.warehouse.dialects import postgres
         original = postgres._progress
         def _progress(*args, **kwargs):
             for number, chunk in enumerate(original(*args, **kwargs)):

@@ -97,7 +97,7 @@ def test_past_the_threshold_nothing_is_loaded_and_the_rejects_say_why(warehouse,
     assert len(read_rejects(rejects_path)) == 7
 
 
-def test_no_limit_loads_every_sound_record(native_warehouse, tmp_path):
+def test_no_limit_loads_every_record_that_passes(native_warehouse, tmp_path):
     path, loaded = messy_file(tmp_path / "messy.csv")
     out = native_warehouse.operator(source=download_xcom(path, "m1"), max_rejected=None).execute(context={})
     assert (out["rows_loaded"], out["rows_rejected"]) == (3, 7)
@@ -150,7 +150,7 @@ def test_a_quoted_empty_key_is_rejected_on_every_path(warehouse, tmp_path, carri
 
 
 #: Values at the edges of each rule, and whether the rule accepts them. PostgreSQL decides most rows
-#: with a cheaper test than the rule's pattern (``PostgresLoader.sound_sql``); both must agree here.
+#: with a cheaper test than the rule's pattern (``PostgresDialect.passes_sql``); both must agree here.
 EDGES = [
     ("impressions", "9" * 18, True),
     ("impressions", "-" + "9" * 18, True),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from abm_provider.warehouse.base import WarehouseLoader
+from abm_provider.warehouse.flow import WarehouseLoader
 from support.export_files import (
     ACCOUNT_COLUMNS,
     TACTIC_COLUMNS,

@@ -1,12 +1,12 @@
 """Each warehouse's SQL form of a column rule accepts exactly the values the Python rule accepts.
 
 DuckDB and PostgreSQL evaluate each rule in SQL (``valid_sql``: the pattern plus a calendar check),
-and PostgreSQL first tries a cheaper test of character classes and lengths (``_sound_value_sql``). A
+and PostgreSQL first tries a cheaper test of character classes and lengths (``_value_passes_sql``). A
 value one side accepts and the other refuses would load on one warehouse and be a reject on another,
 or reach a cast that fails the whole load. Here each SQL form is held to
 :func:`abm_provider.warehouse.schema.convert`, value by value, on spellings around each rule's edges,
 and read the way the loader reads it: ``reason_sql`` rejects a value only where ``valid_sql`` is
-false (NULL would let it through), while the quick test vouches only where it is true.
+false (NULL would let it through), while the quick test passes a value only where it is true.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from abm_provider.warehouse.duckdb import DuckDBLoader
-from abm_provider.warehouse.postgres import PostgresLoader, _sound_value_sql
+from abm_provider.warehouse.dialects.duckdb import DuckDBDialect
+from abm_provider.warehouse.dialects.postgres import PostgresDialect, _value_passes_sql
 from abm_provider.warehouse.schema import Kind, convert
 
 TYPED = [Kind.DATE, Kind.COUNT, Kind.MONEY]
@@ -92,7 +92,7 @@ def duckdb_rule() -> Callable[[str, list[str]], list[Any]]:
     import duckdb
 
     con = duckdb.connect()
-    loader = DuckDBLoader(hook=None)
+    loader = DuckDBDialect(None)
 
     def evaluate(kind: str, values: list[str]) -> list[Any]:
         check = loader.valid_sql("v", Kind(kind))
@@ -108,7 +108,7 @@ def duckdb_rule() -> Callable[[str, list[str]], list[Any]]:
 
 @pytest.fixture(scope="module")
 def postgres_rules(pg_conn: Any) -> dict[str, Callable[[str, list[str]], list[Any]]]:
-    loader = PostgresLoader(hook=None)
+    loader = PostgresDialect(None)
 
     def evaluate(check_of: Callable[[str, Kind], str], accepts: str) -> Callable[[str, list[str]], list[Any]]:
         def run(kind: str, values: list[str]) -> list[Any]:
@@ -123,7 +123,7 @@ def postgres_rules(pg_conn: Any) -> dict[str, Callable[[str, list[str]], list[An
 
     return {
         "valid_sql": evaluate(loader.valid_sql, "({}) IS NOT FALSE"),
-        "sound_sql": evaluate(_sound_value_sql, "COALESCE({}, false)"),
+        "passes_sql": evaluate(_value_passes_sql, "COALESCE({}, false)"),
     }
 
 
@@ -135,7 +135,7 @@ def test_duckdb_rules_agree_with_the_python_rules(duckdb_rule, kind, data):
     _agree(duckdb_rule, kind, values)
 
 
-@pytest.mark.parametrize("check", ["valid_sql", "sound_sql"])
+@pytest.mark.parametrize("check", ["valid_sql", "passes_sql"])
 @pytest.mark.parametrize("kind", TYPED, ids=lambda k: k.value)
 @settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
 @given(data=st.data())

@@ -2,10 +2,11 @@
 
 One row per committed load says "this execution and this file are in this table", and orders the
 loads of one table by the execution's time. Each statement is run here on SQLite (the generic path's
-stand-in) and DuckDB, and on PostgreSQL when it answers, and judged by the rows it finds: a re-run
-of the same file is found (an unknown execution id only by an unknown one), an execution whatever
-its file, the newest execution newer than the loading one (by each execution's latest row, never
-one without a time, never the loading one itself), and an older ledger gets its missing column.
+stand-in) and DuckDB, and on PostgreSQL and MariaDB when they answer, and judged by the rows it
+finds: a re-run of the same file is found (an unknown execution id only by an unknown one), an
+execution whatever its file, the newest execution newer than the loading one (by each execution's
+latest row, never one without a time, never the loading one itself), and an older ledger gets its
+missing column.
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ from typing import Any
 
 import pytest
 
+from abm_provider.warehouse.dialects.base import Dialect
+from abm_provider.warehouse.dialects.duckdb import DuckDBDialect
+from abm_provider.warehouse.dialects.generic import GenericDialect
+from abm_provider.warehouse.dialects.mysql import MySQLDialect
+from abm_provider.warehouse.dialects.postgres import PostgresDialect
 from abm_provider.warehouse.ledger import (
     ADDED_COLUMNS,
     LEDGER_COLUMNS,
@@ -34,15 +40,19 @@ from abm_provider.warehouse.ledger import (
 )
 from abm_provider.warehouse.schema import TableName
 from support.postgres import dsn, unusable
+from support.warehouses import MARIADB, SqliteTestHook
+
+LEDGER = TableName(None, "abm_load_ledger")
 
 T = [dt.datetime(2026, 10, day, 6, 0) for day in range(1, 8)]  # T[0] < T[1] < ... (naive UTC)
 
 
 class Database:
-    """One connection, the dialect's placeholder, and how it binds a timestamp."""
+    """One connection, the warehouse's dialect, and how it binds a timestamp."""
 
-    def __init__(self, kind: str, conn: Any, placeholder: str, ledger: TableName) -> None:
-        self.kind, self.conn, self.placeholder, self.ledger = kind, conn, placeholder, ledger
+    def __init__(self, kind: str, conn: Any, d: Dialect, ledger: TableName) -> None:
+        self.kind, self.conn, self.d, self.ledger = kind, conn, d, ledger
+        self.table = d.table_sql(ledger)
 
     def bind(self, value: Any) -> Any:
         # sqlite3 has no TIMESTAMP: the generic loader binds the canonical text, as here.
@@ -63,19 +73,19 @@ class Database:
         return dt.datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
-@pytest.fixture(params=["sqlite", "duckdb", "postgres"])
+@pytest.fixture(params=["sqlite", "duckdb", "postgres", "mariadb"])
 def db(request: Any, tmp_path: Any) -> Iterator[Database]:
     if request.param == "sqlite":
         conn = sqlite3.connect(tmp_path / "ledger.sqlite", isolation_level=None)
-        yield Database("sqlite", conn, "?", TableName(None, "abm_load_ledger"))
+        yield Database("sqlite", conn, GenericDialect(SqliteTestHook(tmp_path / "unused.sqlite")), LEDGER)
         conn.close()
     elif request.param == "duckdb":
         import duckdb
 
         conn = duckdb.connect(str(tmp_path / "ledger.duckdb"))
-        yield Database("duckdb", conn, "?", TableName(None, "abm_load_ledger"))
+        yield Database("duckdb", conn, DuckDBDialect(None), LEDGER)
         conn.close()
-    else:
+    elif request.param == "postgres":
         reason = unusable()
         if reason:
             pytest.skip(reason)
@@ -84,8 +94,24 @@ def db(request: Any, tmp_path: Any) -> Iterator[Database]:
         schema = f"abm_ledger_{uuid.uuid4().hex[:10]}"
         with psycopg.connect(dsn(), autocommit=True) as conn:
             conn.execute(f'CREATE SCHEMA "{schema}"')
-            yield Database("postgres", conn, "%s", TableName(schema, "abm_load_ledger"))
+            yield Database("postgres", conn, PostgresDialect(None), TableName(schema, "abm_load_ledger"))
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    else:
+        from contextlib import closing
+
+        import MySQLdb
+
+        try:
+            server = MySQLdb.connect(**MARIADB, autocommit=True)
+        except MySQLdb.OperationalError as exc:
+            pytest.skip(f"MariaDB at 127.0.0.1:3306 (user root, no password) is not reachable: {exc}")
+        database = f"abm_ledger_{uuid.uuid4().hex[:10]}"
+        with closing(server):
+            server.cursor().execute(f"CREATE DATABASE `{database}`")
+            try:
+                yield Database("mariadb", server, MySQLDialect(None), TableName(database, "abm_load_ledger"))
+            finally:
+                server.cursor().execute(f"DROP DATABASE `{database}`")
 
 
 def entry(
@@ -108,18 +134,18 @@ def entry(
 
 
 def record(db: Database, *entries: LedgerEntry) -> None:
-    db.execute(create_sql(db.ledger))
+    db.execute(create_sql(db.d, db.ledger))
     for one in entries:
-        db.execute(insert_sql(db.ledger, db.placeholder), one.values())
+        db.execute(insert_sql(db.d, db.ledger), one.values())
 
 
 def test_the_ledger_is_created_once_with_its_columns_and_takes_an_entry(db: Database) -> None:
     record(db, entry("t", "e1", "aa", T[0], execution_time=T[1]))
-    db.execute(create_sql(db.ledger))  # again: no error, nothing lost
-    everything = db.rows(f"SELECT * FROM {db.ledger.sql}")
+    db.execute(create_sql(db.d, db.ledger))  # again: no error, nothing lost
+    everything = db.rows(f"SELECT * FROM {db.table}")
     assert len(everything) == 1 and len(everything[0]) == len(LEDGER_COLUMNS)
     (row,) = db.rows(
-        f"SELECT target_table, execution_id, sha256, rows_loaded, execution_time FROM {db.ledger.sql}"
+        f"SELECT target_table, execution_id, sha256, rows_loaded, execution_time FROM {db.table}"
     )
     assert row[:4] == ("t", "e1", "aa", 10) and db.time(row[4]) == T[1]
 
@@ -135,7 +161,7 @@ def test_a_file_loaded_before_is_found_newest_first_and_an_unknown_execution_onl
         entry("other", "e1", "aa", T[3], rows_loaded=4),
         entry("t", "e1", "bb", T[4], rows_loaded=5),
     )
-    find = find_sql(db.ledger, db.placeholder)
+    find = find_sql(db.d, db.ledger)
     assert [r[1] for r in db.rows(find, ["t", "aa", "e1", "e1"])] == [2, 1]
     assert [r[1] for r in db.rows(find, ["t", "aa", None, None])] == [3], "NULL execution ids compare equal"
     assert db.rows(find, ["t", "cc", "e1", "e1"]) == []
@@ -144,9 +170,9 @@ def test_a_file_loaded_before_is_found_newest_first_and_an_unknown_execution_onl
 
 def test_an_execution_is_found_whatever_its_file(db: Database) -> None:
     record(db, entry("t", "e1", "aa", T[0]), entry("t", "e1", "bb", T[1]), entry("u", "e1", "aa", T[2]))
-    found = db.rows(find_execution_sql(db.ledger, db.placeholder), ["t", "e1"])
+    found = db.rows(find_execution_sql(db.d, db.ledger), ["t", "e1"])
     assert [r[2] for r in found] == ["bb", "aa"]
-    assert db.rows(find_execution_sql(db.ledger, db.placeholder), ["t", "e2"]) == []
+    assert db.rows(find_execution_sql(db.d, db.ledger), ["t", "e2"]) == []
 
 
 @pytest.fixture
@@ -167,8 +193,8 @@ def history(db: Database) -> Database:
 
 def newer(db: Database, execution_time: dt.datetime | None, execution_id: str | None) -> list[Any]:
     params = newer_params("t", execution_time, execution_id)
-    newest = [(r[0], db.time(r[1])) for r in db.rows(newer_sql(db.ledger, db.placeholder), params)]
-    ids = db.rows(f"SELECT execution_id FROM ({newer_ids_sql(db.ledger, db.placeholder)}) ids", params)
+    newest = [(r[0], db.time(r[1])) for r in db.rows(newer_sql(db.d, db.ledger), params)]
+    ids = db.rows(f"SELECT execution_id FROM ({newer_ids_sql(db.d, db.ledger)}) ids", params)
     return [newest, sorted(r[0] for r in ids)]
 
 
@@ -194,15 +220,14 @@ def test_a_load_with_no_time_finds_nothing_newer_and_a_row_with_no_time_is_never
 
 def test_an_older_ledger_is_told_and_given_its_missing_column(db: Database) -> None:
     old = [(name, kind) for name, kind in LEDGER_COLUMNS if (name, kind) not in ADDED_COLUMNS]
-    db.execute(f"CREATE TABLE {db.ledger.sql} ({', '.join(f'{n} {k}' for n, k in old)})")
+    db.execute(f"CREATE TABLE {db.table} ({', '.join(f'{n} {k}' for n, k in old)})")
     existing = [name.upper() for name, _ in old]  # a dialect may report names in capitals
     assert missing_columns(existing) == list(ADDED_COLUMNS)
     assert missing_columns([name for name, _ in LEDGER_COLUMNS]) == []
 
-    guarded = db.kind != "sqlite"  # SQLite has no ADD COLUMN IF NOT EXISTS
     for name, kind in missing_columns(existing):
-        db.execute(add_column_sql(db.ledger, name, kind, if_not_exists=guarded))
-        if guarded:  # another load that migrated the same ledger meanwhile is no error
-            db.execute(add_column_sql(db.ledger, name, kind, if_not_exists=True))
+        db.execute(add_column_sql(db.d, db.ledger, name, kind))
+        if db.d.add_column_if_not_exists:  # another load that migrated the same ledger meanwhile is no error
+            db.execute(add_column_sql(db.d, db.ledger, name, kind))
     record(db, entry("t", "e1", "a1", T[0], execution_time=T[2]))
     assert newer(db, T[1], "e9") == [[("e1", T[2])], ["e1"]]

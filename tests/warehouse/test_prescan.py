@@ -1,6 +1,6 @@
-"""The Arrow pre-scan vouches for a file only when every record passes the rules the SQL check applies.
+"""The Arrow pre-scan counts a file's records only when every record passes the rules the SQL check applies.
 
-It lets PostgreSQL skip its row-by-row check, so a wrong "sound" would let a bad value reach the
+It lets PostgreSQL skip its row-by-row check, so a wrong "all pass" would let a bad value reach the
 cast (and fail the load) instead of the rejects file. These tests hold it to the Python rules of
 :func:`abm_provider.warehouse.schema.convert`, which ``tests/transfers/test_rules_sql.py`` holds the
 SQL rules to.
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from abm_provider.warehouse.prescan import vouch_all
+from abm_provider.warehouse.prescan import count_if_all_pass
 from abm_provider.warehouse.schema import Kind, convert, export_schema
 
 SCHEMA = export_schema("TACTIC_PERFORMANCE")
@@ -41,13 +41,13 @@ def _csv(tmp_path: Path, rows: list[list[str]]) -> Path:
     return path
 
 
-def _vouch(path: Path) -> int | None:
-    return vouch_all(path, HEADER, KINDS, KEYS, threading.Event())
+def _count(path: Path) -> int | None:
+    return count_if_all_pass(path, HEADER, KINDS, KEYS, threading.Event())
 
 
-def test_a_sound_file_is_vouched_for_with_its_record_count(tmp_path: Path) -> None:
+def test_a_file_that_passes_is_counted(tmp_path: Path) -> None:
     rows = [GOOD, [*GOOD[:5], "", "", ""], ["2024-02-29", *GOOD[1:]], ["2026-12-31", *GOOD[1:]]]
-    assert _vouch(_csv(tmp_path, rows)) == 4
+    assert _count(_csv(tmp_path, rows)) == 4
 
 
 @pytest.mark.parametrize(
@@ -70,17 +70,17 @@ def test_a_sound_file_is_vouched_for_with_its_record_count(tmp_path: Path) -> No
 def test_one_bad_value_leaves_the_check_to_sql(tmp_path: Path, column: str, value: str) -> None:
     bad = list(GOOD)
     bad[HEADER.index(column)] = value
-    assert _vouch(_csv(tmp_path, [GOOD, bad, GOOD])) is None
+    assert _count(_csv(tmp_path, [GOOD, bad, GOOD])) is None
 
 
 def test_missing_keys_and_quoted_empty_typed_fields_are_doubted(tmp_path: Path) -> None:
     head = ",".join(HEADER)
     # An unquoted empty tactic_id (NULL) and a quoted one ('') are both a missing key.
-    assert _vouch(_file(tmp_path, f"{head}\n2026-10-03,1,c,,t,1,1,1.00\n")) is None
-    assert _vouch(_file(tmp_path, f'{head}\n2026-10-03,1,c,"",t,1,1,1.00\n')) is None
+    assert _count(_file(tmp_path, f"{head}\n2026-10-03,1,c,,t,1,1,1.00\n")) is None
+    assert _count(_file(tmp_path, f'{head}\n2026-10-03,1,c,"",t,1,1,1.00\n')) is None
     # COPY stages a quoted empty number as '' (rejected), an unquoted one as NULL (accepted).
-    assert _vouch(_file(tmp_path, f'{head}\n2026-10-03,1,c,9,t,"",1,1.00\n')) is None
-    assert _vouch(_file(tmp_path, f"{head}\n2026-10-03,1,c,9,t,,1,1.00\n")) == 1
+    assert _count(_file(tmp_path, f'{head}\n2026-10-03,1,c,9,t,"",1,1.00\n')) is None
+    assert _count(_file(tmp_path, f"{head}\n2026-10-03,1,c,9,t,,1,1.00\n")) == 1
 
 
 @pytest.mark.parametrize(
@@ -93,22 +93,22 @@ def test_missing_keys_and_quoted_empty_typed_fields_are_doubted(tmp_path: Path) 
     ],
     ids=["broken-quote", "short-record", "not-utf8", "blank-line"],
 )
-def test_files_copy_would_refuse_are_not_vouched_for(tmp_path: Path, body: bytes) -> None:
-    assert _vouch(_file(tmp_path, ",".join(HEADER).encode() + b"\n" + body)) is None
+def test_files_copy_would_refuse_are_not_counted(tmp_path: Path, body: bytes) -> None:
+    assert _count(_file(tmp_path, ",".join(HEADER).encode() + b"\n" + body)) is None
 
 
-def test_a_header_other_than_the_plan_is_not_vouched_for(tmp_path: Path) -> None:
+def test_a_header_other_than_the_plan_is_not_counted(tmp_path: Path) -> None:
     path = _csv(tmp_path, [GOOD])
-    assert vouch_all(path, ["date", *HEADER[2:]], KINDS, KEYS, threading.Event()) is None
+    assert count_if_all_pass(path, ["date", *HEADER[2:]], KINDS, KEYS, threading.Event()) is None
 
 
-def test_a_stopped_scan_vouches_for_nothing(tmp_path: Path) -> None:
+def test_a_stopped_scan_counts_nothing(tmp_path: Path) -> None:
     stop = threading.Event()
     stop.set()
-    assert vouch_all(_csv(tmp_path, [GOOD] * 10), HEADER, KINDS, KEYS, stop) is None
+    assert count_if_all_pass(_csv(tmp_path, [GOOD] * 10), HEADER, KINDS, KEYS, stop) is None
 
 
-def _sound(row: list[str]) -> bool:
+def _passes(row: list[str]) -> bool:
     for name, text in zip(HEADER, row, strict=True):
         if text == "":
             if name in KEYS:
@@ -164,13 +164,13 @@ _VALUES = {
 
 @settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
 @given(rows=st.lists(st.tuples(*(_VALUES[KINDS[n]] for n in HEADER)).map(list), min_size=1, max_size=8))
-def test_vouching_agrees_with_the_rules(tmp_path: Path, rows: list[list[str]]) -> None:
+def test_the_count_agrees_with_the_rules(tmp_path: Path, rows: list[list[str]]) -> None:
     rows = [[value.replace("\r", "") for value in row] for row in rows]
-    vouched = _vouch(_csv(tmp_path, rows))
-    if all(_sound(row) for row in rows):
-        assert vouched == len(rows)
+    counted = _count(_csv(tmp_path, rows))
+    if all(_passes(row) for row in rows):
+        assert counted == len(rows)
     else:
-        assert vouched is None
+        assert counted is None
 
 
 def _order(path: Path, block_size: int | None = None) -> tuple[int | None, bool]:
@@ -180,7 +180,7 @@ def _order(path: Path, block_size: int | None = None) -> tuple[int | None, bool]
     if block_size is not None:  # small blocks: the comparison across batch boundaries is exercised
         original, prescan.BLOCK_SIZE = prescan.BLOCK_SIZE, block_size
     try:
-        count = vouch_all(path, HEADER, KINDS, KEYS, threading.Event(), order)
+        count = count_if_all_pass(path, HEADER, KINDS, KEYS, threading.Event(), order)
     finally:
         if block_size is not None:
             prescan.BLOCK_SIZE = original

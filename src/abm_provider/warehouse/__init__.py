@@ -1,8 +1,9 @@
-"""Loading export files into SQL warehouses: schemas, per-dialect bulk paths, the ledger, rejects.
+"""Loading export files into SQL warehouses: schemas, per-warehouse dialects, the ledger, rejects.
 
-:func:`loader_for` picks the fastest path the hook supports: DuckDB's own ``read_csv``,
-PostgreSQL's ``COPY FROM STDIN``, or the portable chunked ``executemany`` path for any other
-common-sql ``DbApiHook``. Nothing here imports the emulator.
+:func:`loader_for` picks the fastest path the hook supports through its dialect
+(:mod:`abm_provider.warehouse.dialects`): DuckDB's own ``read_csv``, PostgreSQL's ``COPY FROM STDIN``,
+or the portable chunked ``executemany`` path for any other common-sql ``DbApiHook``. The flow is
+:mod:`.flow`. Nothing here imports the emulator.
 """
 
 from __future__ import annotations
@@ -10,31 +11,29 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from abm_provider.common.rejects import TooManyRejects
-from abm_provider.warehouse.base import LoadRequest, LoadResult, SchemaMismatch, WarehouseLoader
+from abm_provider.warehouse.checks import SchemaMismatch
+from abm_provider.warehouse.dialects import Dialect, DialectOptions, dialect_for, dialect_name
+from abm_provider.warehouse.flow import LoadRequest, LoadResult, WarehouseLoader
 
 Method = Literal["auto", "native", "generic"]
 
 __all__ = [
+    "Dialect",
     "LoadRequest",
     "LoadResult",
     "Method",
     "SchemaMismatch",
     "TooManyRejects",
     "WarehouseLoader",
+    "dialect_for",
     "dialect_of",
     "loader_for",
 ]
 
 
 def dialect_of(hook: Any) -> str:
-    """The warehouse kind behind a common-sql hook: ``duckdb``, ``postgres`` or ``generic``."""
-    conn_type = str(getattr(hook, "conn_type", "") or "").lower()
-    names = {cls.__name__ for cls in type(hook).__mro__}
-    if conn_type == "duckdb" or "DuckDBHook" in names:
-        return "duckdb"
-    if conn_type in {"postgres", "postgresql"} or "PostgresHook" in names:
-        return "postgres"
-    return "generic"
+    """The warehouse kind behind a common-sql hook: a registered dialect's name, or ``generic``."""
+    return dialect_name(hook)
 
 
 def loader_for(
@@ -49,17 +48,10 @@ def loader_for(
     """Return the loader for ``hook``: its native bulk path, or the generic one when asked or unknown."""
     if method not in ("auto", "native", "generic"):
         raise ValueError(f"method must be 'auto', 'native' or 'generic', got {method!r}")
-    dialect = dialect_of(hook) if method != "generic" else "generic"
-    if dialect == "duckdb":
-        from abm_provider.warehouse.duckdb import DuckDBLoader
-
-        return DuckDBLoader(hook, memory_limit=duckdb_memory_limit, threads=duckdb_threads, log=log)
-    if dialect == "postgres":
-        from abm_provider.warehouse.postgres import PostgresLoader
-
-        return PostgresLoader(hook, log=log)
-    if method == "native":
+    options = DialectOptions(
+        duckdb_memory_limit=duckdb_memory_limit, duckdb_threads=duckdb_threads, chunk_rows=chunk_rows
+    )
+    dialect = dialect_for(hook, native=method != "generic", options=options, log=log)
+    if method == "native" and dialect.name == "generic":
         raise ValueError(f"{type(hook).__name__} has no native bulk path; use method='generic' or 'auto'")
-    from abm_provider.warehouse.generic import GenericLoader
-
-    return GenericLoader(hook, chunk_rows=chunk_rows, log=log)
+    return WarehouseLoader(dialect)

@@ -10,14 +10,20 @@ says which execution is newer, and :func:`newer_sql` and :func:`newer_ids_sql` f
 in the table that are newer than the one loading (see :meth:`WarehouseLoader._replace`). A ledger
 created before that column existed gets it added (:func:`missing_columns`, :func:`add_column_sql`)
 by the first load that writes to it; its older rows have no time, so they count as older.
+
+The SQL is spelled by the warehouse's dialect (quoting, parameter markers, casts).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from abm_provider.warehouse.schema import TableName
+
+if TYPE_CHECKING:
+    from abm_provider.warehouse.dialects.base import Dialect
 
 DEFAULT_LEDGER_TABLE = "abm_load_ledger"
 
@@ -74,36 +80,42 @@ class LedgerEntry:
         )
 
 
-def create_sql(ledger: TableName) -> str:
-    columns = ", ".join(f"{name} {sql_type}" for name, sql_type in LEDGER_COLUMNS)
-    return f"CREATE TABLE IF NOT EXISTS {ledger.sql} ({columns})"
+def _column(d: Dialect, name: str, sql_type: str) -> str:
+    """``name TYPE [constraints]``, the type spelled by the dialect."""
+    kind, _, constraints = sql_type.partition(" ")
+    return " ".join(part for part in (name, d.type_sql(kind), constraints) if part)
 
 
-def insert_sql(ledger: TableName, placeholder: str) -> str:
+def create_sql(d: Dialect, ledger: TableName) -> str:
+    columns = ", ".join(_column(d, name, sql_type) for name, sql_type in LEDGER_COLUMNS)
+    return f"CREATE TABLE IF NOT EXISTS {d.table_sql(ledger)} ({columns})"
+
+
+def insert_sql(d: Dialect, ledger: TableName) -> str:
     names = ", ".join(name for name, _ in LEDGER_COLUMNS)
-    marks = ", ".join(placeholder for _ in LEDGER_COLUMNS)
-    return f"INSERT INTO {ledger.sql} ({names}) VALUES ({marks})"
+    marks = ", ".join(d.placeholder for _ in LEDGER_COLUMNS)
+    return f"INSERT INTO {d.table_sql(ledger)} ({names}) VALUES ({marks})"
 
 
-def find_sql(ledger: TableName, placeholder: str) -> str:
+def find_sql(d: Dialect, ledger: TableName) -> str:
     """Earlier loads of this file into this table; ``execution_id`` compared NULL-safely."""
-    p = placeholder
+    p = d.placeholder
     return (
-        f"SELECT loaded_at, rows_loaded, sha256 FROM {ledger.sql} WHERE target_table = {p} AND sha256 = {p} "
-        f"AND (execution_id = {p} OR (execution_id IS NULL AND CAST({p} AS TEXT) IS NULL)) "
+        f"SELECT loaded_at, rows_loaded, sha256 FROM {d.table_sql(ledger)} WHERE target_table = {p} "
+        f"AND sha256 = {p} AND (execution_id = {p} OR (execution_id IS NULL AND {d.text_param()} IS NULL)) "
         "ORDER BY loaded_at DESC"
     )
 
 
-def find_execution_sql(ledger: TableName, placeholder: str) -> str:
+def find_execution_sql(d: Dialect, ledger: TableName) -> str:
     """Earlier loads of this execution into this table, whatever the file's digest.
 
     For a load that is still downloading, whose digest is not known yet: an execution's file does not
     change once it is complete, so its id alone says whether it is in the table.
     """
-    p = placeholder
+    p = d.placeholder
     return (
-        f"SELECT loaded_at, rows_loaded, sha256 FROM {ledger.sql} WHERE target_table = {p} "
+        f"SELECT loaded_at, rows_loaded, sha256 FROM {d.table_sql(ledger)} WHERE target_table = {p} "
         f"AND execution_id = {p} ORDER BY loaded_at DESC"
     )
 
@@ -114,48 +126,46 @@ def missing_columns(existing: Sequence[str]) -> list[tuple[str, str]]:
     return [(name, sql_type) for name, sql_type in ADDED_COLUMNS if name not in have]
 
 
-def add_column_sql(ledger: TableName, name: str, sql_type: str, *, if_not_exists: bool) -> str:
-    """Add a column to an older ledger; ``if_not_exists`` where the dialect has it (PostgreSQL, DuckDB),
-    so a load into another table that migrated the same ledger meanwhile is no error."""
-    guard = "IF NOT EXISTS " if if_not_exists else ""
-    return f"ALTER TABLE {ledger.sql} ADD COLUMN {guard}{name} {sql_type}"
+def add_column_sql(d: Dialect, ledger: TableName, name: str, sql_type: str) -> str:
+    """Add a column to an older ledger; ``IF NOT EXISTS`` where the dialect has it, so a load into
+    another table that migrated the same ledger meanwhile is no error."""
+    guard = "IF NOT EXISTS " if d.add_column_if_not_exists else ""
+    return f"ALTER TABLE {d.table_sql(ledger)} ADD COLUMN {guard}{_column(d, name, sql_type)}"
 
 
-def _latest_sql(ledger: TableName, placeholder: str) -> str:
+def _latest_sql(d: Dialect, ledger: TableName) -> str:
     """Each execution's newest ledger row for one table (parameter: the table)."""
     return (
         "SELECT execution_id, execution_time, ROW_NUMBER() OVER "
         "(PARTITION BY execution_id ORDER BY loaded_at DESC) AS _n "
-        f"FROM {ledger.sql} WHERE target_table = {placeholder} AND execution_id IS NOT NULL"
+        f"FROM {d.table_sql(ledger)} WHERE target_table = {d.placeholder} AND execution_id IS NOT NULL"
     )
 
 
-def _newer_where(placeholder: str) -> str:
+def _newer_where(d: Dialect) -> str:
     """Parameters: the loading execution's time, then its id twice (compared NULL-safely)."""
-    p = placeholder
-    return f"_n = 1 AND execution_time > {p} AND (CAST({p} AS TEXT) IS NULL OR execution_id <> {p})"
+    p = d.placeholder
+    return f"_n = 1 AND execution_time > {p} AND ({d.text_param()} IS NULL OR execution_id <> {p})"
 
 
-def newer_sql(ledger: TableName, placeholder: str) -> str:
+def newer_sql(d: Dialect, ledger: TableName) -> str:
     """The newest execution in a table newer than the loading one: one row at most, usually none.
 
     Parameters: table, execution time, execution id, execution id. A row without a time is never
     newer, so loads that pass no times keep replacing what they restate.
     """
     return (
-        f"SELECT execution_id, execution_time FROM ({_latest_sql(ledger, placeholder)}) w "
-        f"WHERE {_newer_where(placeholder)} ORDER BY execution_time DESC LIMIT 1"
+        f"SELECT execution_id, execution_time FROM ({_latest_sql(d, ledger)}) w "
+        f"WHERE {_newer_where(d)} ORDER BY execution_time DESC LIMIT 1"
     )
 
 
-def newer_ids_sql(ledger: TableName, placeholder: str) -> str:
+def newer_ids_sql(d: Dialect, ledger: TableName) -> str:
     """A subquery of the ids of every execution in a table newer than the loading one.
 
     Same parameters as :func:`newer_sql`; the ids are never NULL, so ``NOT IN`` it is safe.
     """
-    return (
-        f"SELECT execution_id FROM ({_latest_sql(ledger, placeholder)}) w WHERE {_newer_where(placeholder)}"
-    )
+    return f"SELECT execution_id FROM ({_latest_sql(d, ledger)}) w WHERE {_newer_where(d)}"
 
 
 def newer_params(table: str, execution_time: object, execution_id: str | None) -> list[object]:

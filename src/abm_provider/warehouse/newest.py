@@ -1,7 +1,7 @@
 """Loads that end in commit order, not data order: an older execution never replaces a newer one's rows.
 
 Two loads of one table (a backfill, a manual run, ``max_active_runs > 1``) take turns on the table's
-lock, so the older execution may commit last. Under the lock, :meth:`WarehouseLoader._replace`
+lock, so the older execution may commit last. Under the lock, :meth:`.flow.WarehouseLoader._replace`
 asks :func:`newer_execution` whether the ledger knows a newer execution of the table (one small
 query; usually none, and the load goes on as it always did). When it does, :func:`replace_older`
 deletes only the restated rows no newer execution wrote, inserts only the file's rows whose key is
@@ -14,11 +14,12 @@ import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 from abm_provider.warehouse import ledger
-from abm_provider.warehouse.base import STAGE_TABLE
-from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, quote
+from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN
+from abm_provider.warehouse.sql import STAGE_TABLE, match_sql
 
 if TYPE_CHECKING:
-    from abm_provider.warehouse.base import ColumnPlan, LoadRequest, LoadResult, WarehouseLoader
+    from abm_provider.warehouse.checks import ColumnPlan
+    from abm_provider.warehouse.flow import LoadRequest, LoadResult, WarehouseLoader
 
 
 def newer_execution(loader: WarehouseLoader, cur: Any, request: LoadRequest) -> tuple[str, Any] | None:
@@ -29,10 +30,7 @@ def newer_execution(loader: WarehouseLoader, cur: Any, request: LoadRequest) -> 
     """
     if request.execution_time is None:
         return None
-    cur.execute(
-        ledger.newer_sql(request.ledger, loader.placeholder),
-        loader.newer_params(request),
-    )
+    cur.execute(ledger.newer_sql(loader.dialect, request.ledger), loader.newer_params(request))
     row = cur.fetchone()
     return (str(row[0]), row[1]) if row is not None else None
 
@@ -52,9 +50,9 @@ def replace_older(
     rows whose key is free: after that delete, a key still in the table is a newer execution's.
     """
     result.rows_deleted = loader.delete_replaced(cur, request, plan, keep_newer=True)
-    held, days = _stale_rows(loader, cur, request, plan)
+    kept, days = _stale_rows(loader, cur, request, plan)
     result.rows_loaded = loader.insert_new(cur, request, plan, loaded_at, keep_newer=True)
-    result.rows_stale = sum(held.values())
+    result.rows_stale = sum(kept.values())
     if not result.rows_stale:
         loader.log.info(
             "Execution %s is older than execution %s (updated %s), which is in %s, but restates none "
@@ -65,7 +63,7 @@ def replace_older(
             request.table,
         )
         return
-    ranked = sorted(held, key=lambda e: (-held[e], e))
+    ranked = sorted(kept, key=lambda e: (-kept[e], e))
     result.newer_executions = ranked[: ledger.NEWER_SHOWN]
     more = f" and {len(ranked) - ledger.NEWER_SHOWN} more" if len(ranked) > ledger.NEWER_SHOWN else ""
     loader.log.warning(
@@ -90,20 +88,21 @@ def _stale_rows(
 ) -> tuple[dict[str, int], str]:
     """Per newer execution, the table's rows whose key the file holds (``delete_replaced`` left
     only those), and the days they cover for the warning (when ``date`` is a key column)."""
-    day = quote("date") if "date" in request.key_columns else None
-    match = loader.match_sql(request, plan, "h", "s")
-    writer = f"h.{quote(EXECUTION_ID_COLUMN)}"
+    d = loader.dialect
+    day = d.quote("date") if "date" in request.key_columns else None
+    match = match_sql(d, request, plan, "h", "s")
+    writer = f"h.{d.quote(EXECUTION_ID_COLUMN)}"
     group = f"{writer}, h.{day}" if day else writer
     cur.execute(
-        f"SELECT {group}, COUNT(*) FROM {request.table.sql} h WHERE EXISTS "
+        f"SELECT {group}, COUNT(*) FROM {d.table_sql(request.table)} h WHERE EXISTS "
         f"(SELECT 1 FROM {STAGE_TABLE} s WHERE s._reason IS NULL AND {match}) GROUP BY {group}"
     )
     rows = cur.fetchall()
-    held: dict[str, int] = {}
+    kept: dict[str, int] = {}
     for row in rows:
-        held[str(row[0])] = held.get(str(row[0]), 0) + int(row[-1])
+        kept[str(row[0])] = kept.get(str(row[0]), 0) + int(row[-1])
     if not (day and rows):
-        return held, ""
+        return kept, ""
     dates = sorted({str(row[1]) for row in rows})
     span = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
-    return held, f" over {len(dates)} day(s) ({span})"
+    return kept, f" over {len(dates)} day(s) ({span})"

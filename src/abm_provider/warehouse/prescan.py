@@ -1,13 +1,13 @@
-"""A vectorised pass over the file that vouches for every record, so the SQL check can be skipped.
+"""A vectorised pass over the file that finds every record passes the rules, so the SQL check can be skipped.
 
 Why: PostgreSQL evaluates the column rules (:mod:`abm_provider.warehouse.schema`) row by row with its
 regular-expression engine, which costs more than the ``COPY`` itself (docs/performance.md, "Figures
 behind design choices"). Arrow reads the same file and applies the same rules column at a time, each
 by the cheapest exact check it has (a strict cast for dates, a digit test for plain counts, RE2 for
-the rest: :func:`_column_sound`), on a thread while ``COPY`` streams the file (both release the
+the rest: :func:`_column_passes`), on a thread while ``COPY`` streams the file (both release the
 GIL), so on two cores it costs little wall time.
 
-The pass only ever says "every record is sound" or "not sure": a file it cannot read the way
+The pass only ever says "every record passes" or "not sure": a file it cannot read the way
 ``COPY`` does (bad quoting, bad UTF-8), a record it doubts, or a record count that differs from what
 ``COPY`` staged all leave the SQL check to run exactly as before. It is therefore conservative
 where the two readers could disagree: a quoted empty field (``""``) in a typed column is doubted,
@@ -28,14 +28,14 @@ from abm_provider.warehouse.records import UnreadableFile, read_header
 from abm_provider.warehouse.schema import Kind
 
 if TYPE_CHECKING:
-    from abm_provider.warehouse.base import StreamReader
+    from abm_provider.warehouse.stream import StreamReader
 
 _FIRST_DAY = dt.date(1, 1, 1)
 #: Bytes Arrow reads per batch: small, because the pool keeps what it once held (RSS, not speed).
 BLOCK_SIZE = 1 << 20
 
 
-def vouch_all(
+def count_if_all_pass(
     source: Path | IO[bytes] | StreamReader,
     header: Sequence[str],
     kinds: dict[str, Kind],
@@ -72,7 +72,7 @@ def vouch_all(
         )
         records = 0
         for batch in reader:
-            if stop.is_set() or not _batch_sound(batch, kinds, keys, checked):
+            if stop.is_set() or not _batch_passes(batch, kinds, keys, checked):
                 return None
             if order is not None:
                 order.update(batch, keys)
@@ -121,23 +121,23 @@ class KeyOrder:
         self._last = tuple(c[rows - 1].as_py() for c in columns)
 
 
-def _batch_sound(batch: Any, kinds: dict[str, Kind], keys: Sequence[str], checked: Sequence[str]) -> bool:
+def _batch_passes(batch: Any, kinds: dict[str, Kind], keys: Sequence[str], checked: Sequence[str]) -> bool:
     for key in keys:
         column = batch.column(key)
         if column.null_count or (len(column) and _shortest(column) == 0):
             return False
     for name in checked:
         column = batch.column(name)
-        if not _column_sound(column.drop_null() if column.null_count else column, kinds[name]):
+        if not _column_passes(column.drop_null() if column.null_count else column, kinds[name]):
             return False
     return True
 
 
-def _column_sound(present: Any, kind: Kind) -> bool:
+def _column_passes(present: Any, kind: Kind) -> bool:
     """Whether every (non-null) value satisfies the kind's rule, by the cheapest exact check Arrow has.
 
     Why not the regular expression everywhere: on 1 GiB it and the day-of-month check cost the
-    pass 2 s of its 4.5. A date is sound exactly when Arrow's strict ``YYYY-MM-DD`` cast takes it
+    pass 2 s of its 4.5. A date passes exactly when Arrow's strict ``YYYY-MM-DD`` cast takes it
     (it refuses other spellings and days a month lacks) and its year is not 0; a count of 1 to 18
     ASCII digits needs no pattern (a sign does, and gets it). Property-tested against the Python
     rules (tests/transfers/test_prescan.py).

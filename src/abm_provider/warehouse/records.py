@@ -14,7 +14,7 @@ records the way the byte-oriented databases do, and is then reported rather than
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Iterator, Set
+from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +47,7 @@ class Record:
 
     @property
     def structural_error(self) -> str | None:
-        """Why the record cannot be split into fields, or is not UTF-8; ``None`` when it is sound."""
+        """Why the record cannot be split into fields, or is not UTF-8; ``None`` when it is well formed."""
         return self.error
 
 
@@ -181,3 +181,20 @@ def locate(path: Path, expected_fields: int, numbers: Set[int]) -> dict[int, Rec
         if record.number >= last:
             break
     return found
+
+
+def awkward_bytes(path: Path, also: Mapping[bytes, str] | None = None) -> str | None:
+    """Name the first bytes the databases' own CSV readers mishandle (carriage return, NUL), or ``None``.
+
+    DuckDB's reader mis-splits a carriage return inside a quoted field, MySQL's ``LOAD DATA`` keeps
+    it in the last field of a CRLF line, and SQL text cannot hold a NUL byte: a file with either is
+    staged through Python instead. ``also``: more byte strings a reader mishandles, with their names.
+    A byte search, so the fast path stays fast for machine-written exports.
+    """
+    names = {b"\r": "carriage returns", b"\x00": "NUL bytes", **(also or {})}
+    with path.open("rb") as handle:
+        while chunk := handle.read(8 << 20):
+            for byte, name in names.items():
+                if byte in chunk:
+                    return name
+    return None

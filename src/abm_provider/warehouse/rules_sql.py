@@ -1,31 +1,33 @@
 """The column rules as SQL, for the loaders whose database checks staged rows itself.
 
 DuckDB and PostgreSQL check every staged row in one statement; the generic path checks rows in
-Python while it stages them, so it has no SQL form of the rules. A loader that can is a
+Python while it stages them, so it has no SQL form of the rules. A dialect that can is a
 ``SqlValidated``, and the load flow asks for the rules' SQL only of those.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from abm_provider.warehouse.schema import Kind, quote
+from abm_provider.warehouse.dialects.base import Dialect
+from abm_provider.warehouse.schema import Kind
 
 if TYPE_CHECKING:
-    from abm_provider.warehouse.base import ColumnPlan
+    from abm_provider.warehouse.checks import ColumnPlan
 
 
-class SqlValidated(ABC):
-    """A loader whose staged rows are checked in SQL, by the database that holds them."""
+class SqlValidated(Dialect):
+    """A dialect whose staged rows are checked in SQL, by the database that holds them."""
 
     @abstractmethod
     def valid_sql(self, column: str, kind: Kind) -> str:
         """SQL that is true when ``column`` (text, not NULL) satisfies the kind's rule."""
 
     def reason_sql(self, plan: ColumnPlan, keys: Sequence[str]) -> str:
-        """A CASE that names the first broken rule of a staged row, or is NULL for a sound row."""
+        """A CASE that names the first broken rule of a staged row, or is NULL for a row that passes."""
+        quote = self.quote
         # A quoted empty field ("") is staged as '' by the bulk readers but as NULL by the Python
         # fallbacks and the generic path; an empty key is missing on every path alike.
         whens = [

@@ -157,7 +157,11 @@ def check_identifier(name: str, what: str) -> str:
 
 
 def quote(name: str) -> str:
-    """Quote an identifier already checked by :func:`check_identifier` (all three dialects use "")."""
+    """Quote an identifier already checked by :func:`check_identifier`, in standard SQL's ``"``.
+
+    The loader quotes through its dialect (:meth:`abm_provider.warehouse.dialects.base.Dialect.quote`);
+    this and :attr:`TableName.sql` serve the list sync's state tables until they ask a dialect too.
+    """
     return f'"{name}"'
 
 

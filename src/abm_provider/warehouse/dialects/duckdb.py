@@ -29,9 +29,9 @@ its line; the one-pass load into a new table needs no row numbers and drops it, 
 readers' threads write as they go instead of buffering to restore the file's order.
 
 Concurrency: a DuckDB file has one writing process at a time (the file lock). Inside that process,
-loads into one table take turns on an in-process lock (:meth:`DuckDBLoader.lock`), held from before
+loads into one table take turns on an in-process lock (:meth:`DuckDBDialect.lock`), kept from before
 the replace transaction reads anything until it ends, so the later load sees the earlier one's
-rows and ledger row (the newest execution wins, see :mod:`abm_provider.warehouse.base`) instead of
+rows and ledger row (the newest execution wins, see :mod:`abm_provider.warehouse.flow`) instead of
 failing on a write conflict.
 """
 
@@ -40,20 +40,25 @@ from __future__ import annotations
 import datetime as dt
 import os
 import threading
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from abm_provider.warehouse.base import STAGE_TABLE, ColumnPlan, LoadRequest, WarehouseLoader
-from abm_provider.warehouse.records import iter_records
+from abm_provider.warehouse.dialects.base import Staged
+from abm_provider.warehouse.records import awkward_bytes, iter_records
 from abm_provider.warehouse.rules_sql import SqlValidated
-from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, Kind, TableName, quote
+from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, Kind, TableName
+from abm_provider.warehouse.sql import STAGE_TABLE, repeated_key_sql
+
+if TYPE_CHECKING:
+    from abm_provider.warehouse.checks import ColumnPlan
+    from abm_provider.warehouse.flow import LoadRequest
+    from abm_provider.warehouse.stream import IncomingFile
 
 _REJECTS_TABLE = "_abm_reject_errors"
 _REJECTS_SCAN = "_abm_reject_scans"
 _BATCH_ROWS = 50_000
 #: The message of the ``error()`` that stops the one-pass load at a row the rules reject.
-_UNSOUND = "abm: a record breaks a column rule"
+_RULE_BROKEN = "abm: a record breaks a column rule"
 #: One lock per (database file, schema, table) of this process, for loads into that table.
 _TABLE_LOCKS: dict[tuple[str, str, str], threading.Lock] = {}
 _TABLE_LOCKS_GUARD = threading.Lock()
@@ -64,23 +69,30 @@ def _table_lock(key: tuple[str, str, str]) -> threading.Lock:
         return _TABLE_LOCKS.setdefault(key, threading.Lock())
 
 
-class DuckDBLoader(SqlValidated, WarehouseLoader):
+def quote(name: str) -> str:
+    """DuckDB's quoting of an identifier (checked already), for the SQL built outside the dialect."""
+    return f'"{name}"'
+
+
+class DuckDBDialect(SqlValidated):
+    name = "duckdb"
     method = "duckdb_read_csv"
     placeholder = "?"
+    catalog_where = "table_catalog = current_database() AND "
     # An ART index makes DuckDB bulk inserts slow and memory-hungry; the delete-then-insert under one
     # transaction and the duplicate rejection already keep one row per key.
     unique_key_index: ClassVar[bool] = False
     direct_new_table: ClassVar[bool] = True
 
-    def __init__(self, hook: Any, *, memory_limit: str | None = "1GB", threads: int | None = None, **kw: Any):
-        super().__init__(hook, **kw)
-        self.memory_limit = memory_limit
-        self.threads = threads
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.memory_limit = self.options.duckdb_memory_limit
+        self.threads = self.options.duckdb_threads
         # The byte scan of the last file, so a one-pass attempt that steps back does not read it again.
         self._scanned: tuple[tuple[Path, int, int], str | None] | None = None
-        # The database file and schema the connection writes to, and the table lock this load holds.
+        # The database file and schema the connection writes to, and the table lock this load has taken.
         self._where: tuple[str, str] = ("", "")
-        self._held: threading.Lock | None = None
+        self._taken: threading.Lock | None = None
 
     def connect(self) -> Any:
         conn = self.hook.get_conn()
@@ -96,31 +108,31 @@ class DuckDBLoader(SqlValidated, WarehouseLoader):
         return conn
 
     def lock(self, cur: Any, table: TableName) -> None:
-        """Wait for the other loads of this process into ``table``; held until the transaction ends.
+        """Wait for the other loads of this process into ``table``; kept until the transaction ends.
 
         Taken right after ``BEGIN`` and before the transaction's first statement, which is when DuckDB
         takes its snapshot: the load then reads what the previous holder committed.
         """
-        if self._held is not None:
+        if self._taken is not None:
             return
-        held = _table_lock((self._where[0], table.schema or self._where[1], table.name))
-        held.acquire()
-        self._held = held
+        taken = _table_lock((self._where[0], table.schema or self._where[1], table.name))
+        taken.acquire()
+        self._taken = taken
 
     def _let_go_table(self) -> None:
-        held, self._held = self._held, None
-        if held is not None:
-            held.release()
+        taken, self._taken = self._taken, None
+        if taken is not None:
+            taken.release()
 
-    def _rollback(self, conn: Any) -> None:
+    def rollback(self, conn: Any) -> None:
         try:
-            super()._rollback(conn)
+            super().rollback(conn)
         finally:
             self._let_go_table()
 
-    def _close(self, conn: Any) -> None:
+    def close(self, conn: Any) -> None:
         try:
-            super()._close(conn)
+            super().close(conn)
         finally:
             self._let_go_table()
 
@@ -129,21 +141,15 @@ class DuckDBLoader(SqlValidated, WarehouseLoader):
         # must run on the connection itself so its temporary tables and transaction are shared.
         return conn
 
-    def begin_replace(self, cur: Any) -> None:
+    def streaming_cursor(self, conn: Any) -> Any:
+        # DuckDB fetches a result in chunks by itself; its cursor() would open a second connection.
+        return conn
+
+    def begin_replace(self, conn: Any, cur: Any) -> None:
         # Staging runs before this, outside the transaction: rows a transaction appends carry transient
         # row ids, and the stage's committed row ids (0..n-1 in file order) are what map a rejected row
         # back to its record. The stage is a temporary table, so nobody else sees it either way.
         cur.execute("BEGIN TRANSACTION")
-
-    def table_columns(self, conn: Any, cur: Any, table: TableName) -> list[str] | None:
-        cur.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_catalog = current_database() "
-            "AND table_schema = COALESCE(CAST(? AS TEXT), current_schema()) AND table_name = ? "
-            "ORDER BY ordinal_position",
-            [table.schema, table.name],
-        )
-        names = [str(r[0]) for r in cur.fetchall()]
-        return names or None
 
     def valid_sql(self, column: str, kind: Kind) -> str:
         check = f"regexp_full_match({column}, '{kind.pattern}')"
@@ -152,15 +158,20 @@ class DuckDBLoader(SqlValidated, WarehouseLoader):
         return check
 
     def _awkward_bytes(self, path: Path) -> str | None:
-        """:func:`_awkward_bytes` of ``path``, scanned once per file version (size, mtime)."""
+        """:func:`~abm_provider.warehouse.records.awkward_bytes` of ``path``, once per (size, mtime)."""
         info = path.stat()
         key = (path, info.st_size, info.st_mtime_ns)
         if self._scanned is None or self._scanned[0] != key:
-            self._scanned = (key, _awkward_bytes(path))
+            self._scanned = (key, awkward_bytes(path))
         return self._scanned[1]
 
     def load_direct(
-        self, cur: Any, request: LoadRequest, plan: ColumnPlan, loaded_at: dt.datetime
+        self,
+        cur: Any,
+        request: LoadRequest,
+        plan: ColumnPlan,
+        loaded_at: dt.datetime,
+        incoming: IncomingFile,
     ) -> int | None:
         import duckdb  # the [duckdb] extra: this module imports without it, the loader runs with it
 
@@ -170,23 +181,24 @@ class DuckDBLoader(SqlValidated, WarehouseLoader):
         cur.execute("SET preserve_insertion_order = false")
         try:
             cur.execute(
-                direct_insert_sql(request.table.sql, plan, rules),
+                direct_insert_sql(self.table_sql(request.table), plan, rules),
                 [request.execution_id, loaded_at, str(request.path)],
             )
             rows = int(cur.fetchone()[0])
         except (duckdb.InvalidInputException, duckdb.ConversionException) as exc:
             first = str(exc).splitlines()[0]
-            why = "a record breaks a column rule" if _UNSOUND in first else first
+            why = "a record breaks a column rule" if _RULE_BROKEN in first else first
             self.log.info("%s cannot be loaded in one pass (%s); staging it", request.path.name, why)
             return None
-        key_sql = ", ".join(quote(k) for k in request.key_columns)
-        cur.execute(f"SELECT 1 FROM {request.table.sql} GROUP BY {key_sql} HAVING COUNT(*) > 1 LIMIT 1")
+        cur.execute(repeated_key_sql(self, self.table_sql(request.table), request.key_columns))
         if cur.fetchone() is not None:
             self.log.info("%s repeats a natural key; staging it to set rows aside", request.path.name)
             return None
         return rows
 
-    def stage(self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str) -> dict[int, str]:
+    def stage(
+        self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str, incoming: IncomingFile
+    ) -> Staged:
         import duckdb
 
         cur.execute("SET preserve_insertion_order = true")
@@ -230,12 +242,9 @@ class DuckDBLoader(SqlValidated, WarehouseLoader):
             raise RuntimeError(
                 f"DuckDB staged {count} rows with row ids {first}..{last}, expected 0..{count - 1}"
             )
-        self.order_column = "rowid"  # row i of the stage is record i + 1
-        return {}
+        return Staged(order_column="rowid", first_record=1)  # row i of the stage is record i + 1
 
-    def _stage_checked(
-        self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str
-    ) -> dict[int, str]:
+    def _stage_checked(self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str) -> Staged:
         """Split records in Python, set malformed ones aside, and append the rest in Arrow batches."""
         import pyarrow as pa
 
@@ -266,11 +275,7 @@ class DuckDBLoader(SqlValidated, WarehouseLoader):
             if len(batch[0]) >= _BATCH_ROWS:
                 flush()
         flush()
-        self.order_column = "_rec"
-        return structural
-
-    def record_numbers(self, ids: Sequence[int]) -> list[int]:
-        return [i + 1 for i in ids] if self.order_column == "rowid" else list(ids)
+        return Staged(rejects=structural)
 
     def typed(self, column: str, kind: Kind) -> str:
         # The stage already holds typed values (see _typed_columns).
@@ -280,13 +285,13 @@ class DuckDBLoader(SqlValidated, WarehouseLoader):
 def direct_insert_sql(target: str, plan: ColumnPlan, rules: str) -> str:
     """The one-pass ``INSERT`` into ``target``: parameters execution id, loaded-at time, file path.
 
-    ``rules`` is the reason CASE (NULL for a sound row); a row it names stops the statement.
+    ``rules`` is the reason CASE (NULL for a row that passes); a row it names stops the statement.
     """
     names = ", ".join(quote(n) for n in plan.header)
     return (
         f"INSERT INTO {target} ({names}, {quote(EXECUTION_ID_COLUMN)}, {quote(LOADED_AT_COLUMN)}) "
         f"SELECT {_typed_columns(plan)}, "
-        f"CASE WHEN ({rules}) IS NULL THEN CAST(? AS TEXT) ELSE error('{_UNSOUND}') END, "
+        f"CASE WHEN ({rules}) IS NULL THEN CAST(? AS TEXT) ELSE error('{_RULE_BROKEN}') END, "
         f"CAST(? AS TIMESTAMP) FROM {_read_csv(plan, store_rejects=False)}"
     )
 
@@ -331,17 +336,3 @@ def _setting(value: str) -> str:
     if not value.replace(".", "").replace(" ", "").isalnum():
         raise ValueError(f"memory_limit {value!r} is not a size like '1GB'")
     return value
-
-
-def _awkward_bytes(path: Path) -> str | None:
-    """Name the first byte the fast reader mishandles (carriage return, NUL), or ``None``.
-
-    A byte search at several GB/s, so the fast path stays fast for the machine-written exports.
-    """
-    names = {b"\r": "carriage returns", b"\x00": "NUL bytes"}
-    with path.open("rb") as handle:
-        while chunk := handle.read(8 << 20):
-            for byte, name in names.items():
-                if byte in chunk:
-                    return name
-    return None

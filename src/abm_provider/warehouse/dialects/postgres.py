@@ -5,7 +5,7 @@ only which line, so one bad number would fail a 1 GB load; PostgreSQL 15 has no 
 columns accept every well-formed record, the identity column numbers records in file order, and
 one ``UPDATE`` evaluates the shared rules (:mod:`abm_provider.warehouse.schema`) and marks the
 few bad rows. While ``COPY`` runs, a thread applies the same rules to the file with Arrow
-(:mod:`abm_provider.warehouse.prescan`); when it vouches for every record the ``UPDATE`` is skipped.
+(:mod:`abm_provider.warehouse.prescan`); when every record passes it the ``UPDATE`` is skipped.
 The file is sent in 1 MiB chunks, never read whole, so memory stays flat. A file still downloading
 (:mod:`abm_provider.exports.stream`) is sent as its chunks arrive, the pre-scan reading the same bytes
 from a second pipe.
@@ -14,7 +14,7 @@ Into a table that does not exist yet, the file is first copied straight into the
 (``COPY ... FREEZE``: the table is new in this transaction, so its rows are written already frozen and
 no later vacuum rewrites them) while the same Arrow pass checks it. A repeated key is ruled out by
 that pass when the keys come in increasing order, else by one ``GROUP BY`` of the new table. When the
-pass vouches for every record, no key repeats and the copy counted the same records, the rows are
+pass finds that every record passes, no key repeats and the copy counted the same records, the rows are
 in after one write. Otherwise (a value the rules reject, or one the typed ``COPY`` refuses, or a
 repeated key) the transaction is rolled back, the new table with it, and the file is staged as above.
 The table gets no unique index: the load's lock keeps one row per key (below), and building the
@@ -38,16 +38,24 @@ import csv
 import datetime as dt
 import io
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import IO, Any
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
 
 from abm_provider.common.progress import ByteProgress
-from abm_provider.warehouse.base import STAGE_TABLE, ColumnPlan, LoadRequest, StreamReader, WarehouseLoader
-from abm_provider.warehouse.prescan import KeyOrder, vouch_all
+from abm_provider.warehouse.dialects.base import Staged
+from abm_provider.warehouse.prescan import KeyOrder, count_if_all_pass
 from abm_provider.warehouse.records import iter_records
 from abm_provider.warehouse.rules_sql import SqlValidated
-from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, Kind, TableName, quote
+from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, Kind, TableName
+from abm_provider.warehouse.sql import STAGE_TABLE, repeated_key_sql
+
+if TYPE_CHECKING:
+    from abm_provider.warehouse.checks import ColumnPlan
+    from abm_provider.warehouse.flow import LoadRequest
+    from abm_provider.warehouse.stream import IncomingFile, StreamReader
 
 CHUNK = 1024 * 1024
 _PROGRESS_INTERVAL = 30.0  # seconds between COPY progress lines
@@ -57,11 +65,33 @@ _PROGRESS_INTERVAL = 30.0  # seconds between COPY progress lines
 WORK_MEM = "256MB"
 
 
-class PostgresLoader(SqlValidated, WarehouseLoader):
+@dataclass(frozen=True)
+class Copied:
+    """What one ``COPY`` with the pre-scan beside it found.
+
+    ``rows``: what ``COPY`` stored (-1 if the driver won't say); ``passed``: the pre-scan's record
+    count when every record passed the rules, else ``None``; ``keys_increasing``: the pre-scan saw
+    the natural keys in strictly increasing order.
+    """
+
+    rows: int
+    passed: int | None
+    keys_increasing: bool
+
+    @property
+    def all_pass(self) -> bool:
+        """Every record ``COPY`` stored passed the rules (the pre-scan counted the same records)."""
+        return self.passed is not None and self.passed == self.rows
+
+    @property
+    def keys_unique(self) -> bool:
+        return self.all_pass and self.keys_increasing
+
+
+class PostgresDialect(SqlValidated):
+    name = "postgres"
     method = "postgres_copy"
     placeholder = "%s"
-    #: Set by ``stage``: the pre-scan vouched for every staged record, so none has a ``_reason``.
-    _all_sound = False
     # No unique index: the delete and insert under the load's lock already keep one row per key, and
     # building one is a large share of a big load; a repeated key in the file is found by the
     # pre-scan (keys in order) or a GROUP BY.
@@ -78,28 +108,27 @@ class PostgresLoader(SqlValidated, WarehouseLoader):
             [WORK_MEM, WORK_MEM],
         )
 
-    def sound_sql(self, plan: ColumnPlan, keys: Sequence[str]) -> str:
+    def streaming_cursor(self, conn: Any) -> Any:
+        # A named (server-side) cursor: the result stays on the server and is fetched in pieces.
+        return conn.cursor(name=f"abm_{uuid.uuid4().hex[:12]}")
+
+    def analyze(self, cur: Any, table_sql: str) -> None:
+        cur.execute(f"ANALYZE {table_sql}")
+
+    def passes_sql(self, plan: ColumnPlan, keys: Sequence[str]) -> str:
         """True for a staged row every rule accepts; false when it needs the full check.
 
         Why: PostgreSQL's regular expressions are slow with alternations and bounded repeats, and the
         CASE of ``reason_sql`` runs such a pattern per typed column of every row: most of a 1 GB
         load's time. Simple character classes plus length and range comparisons accept exactly the
-        same values at a third of the cost; the CASE then runs only on the rows this does not vouch
-        for (normally none), so every reject still gets its exact reason.
+        same values at a third of the cost; the CASE then runs only on the rows this does not pass
+        (normally none), so every reject still gets its exact reason.
         """
-        checks = [f"{quote(k)} <> ''" for k in keys]
-        checks += [_sound_value_sql(quote(n), plan.kinds[n]) for n in plan.header if plan.kinds[n].pattern]
+        checks = [f"{self.quote(k)} <> ''" for k in keys]
+        checks += [
+            _value_passes_sql(self.quote(n), plan.kinds[n]) for n in plan.header if plan.kinds[n].pattern
+        ]
         return f"COALESCE({' AND '.join(checks)}, false)" if checks else "true"
-
-    def table_columns(self, conn: Any, cur: Any, table: TableName) -> list[str] | None:
-        cur.execute(
-            "SELECT column_name FROM information_schema.columns "
-            "WHERE table_schema = COALESCE(CAST(%s AS TEXT), current_schema()) AND table_name = %s "
-            "ORDER BY ordinal_position",
-            [table.schema, table.name],
-        )
-        names = [str(r[0]) for r in cur.fetchall()]
-        return names or None
 
     def valid_sql(self, column: str, kind: Kind) -> str:
         check = f"{column} ~ '^({kind.pattern})$'"
@@ -114,13 +143,16 @@ class PostgresLoader(SqlValidated, WarehouseLoader):
             [table.schema, table.name],
         )
 
-    def record_numbers(self, ids: Sequence[int]) -> list[int]:
-        return list(ids)
-
     def load_direct(
-        self, cur: Any, request: LoadRequest, plan: ColumnPlan, loaded_at: dt.datetime
+        self,
+        cur: Any,
+        request: LoadRequest,
+        plan: ColumnPlan,
+        loaded_at: dt.datetime,
+        incoming: IncomingFile,
     ) -> int | None:
-        target = request.table.sql
+        target = self.table_sql(request.table)
+        quote = self.quote
         # The lineage values become the new table's column defaults for the COPY (quoted by the
         # server), so every row gets them without a second write; the defaults go again after.
         cur.execute(
@@ -134,11 +166,12 @@ class PostgresLoader(SqlValidated, WarehouseLoader):
         )
         names = ", ".join(quote(n) for n in plan.header)
         try:
-            copied, vouched = self._copy_prescanned(
+            copied = self._copy_prescanned(
                 cur,
                 request,
                 plan,
                 f"COPY {target} ({names}) FROM STDIN WITH (FORMAT csv, HEADER true, FREEZE true)",
+                incoming,
             )
         except Exception as exc:
             if not _is_data_error(exc):
@@ -147,12 +180,11 @@ class PostgresLoader(SqlValidated, WarehouseLoader):
                 "The typed COPY refused %s (%s); staging it", request.path.name, str(exc).splitlines()[0]
             )
             return None
-        if vouched is None or vouched != copied:
+        if not copied.all_pass:
             self.log.info("%s has records the column rules may reject; staging it", request.path.name)
             return None
-        if not self.keys_proven_unique:
-            key_sql = ", ".join(quote(k) for k in request.key_columns)
-            cur.execute(f"SELECT 1 FROM {target} GROUP BY {key_sql} HAVING COUNT(*) > 1 LIMIT 1")
+        if not copied.keys_unique:
+            cur.execute(repeated_key_sql(self, target, request.key_columns))
             if cur.fetchone() is not None:
                 self.log.info("%s repeats a natural key; staging it to set rows aside", request.path.name)
                 return None
@@ -160,11 +192,13 @@ class PostgresLoader(SqlValidated, WarehouseLoader):
             f"ALTER TABLE {target} ALTER COLUMN {quote(EXECUTION_ID_COLUMN)} DROP DEFAULT, "
             f"ALTER COLUMN {quote(LOADED_AT_COLUMN)} DROP DEFAULT"
         )
-        return copied
+        return copied.rows
 
-    def stage(self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str) -> dict[int, str]:
-        columns = ", ".join(f"{quote(n)} TEXT" for n in plan.header)
-        names = ", ".join(quote(n) for n in plan.header)
+    def stage(
+        self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str, incoming: IncomingFile
+    ) -> Staged:
+        columns = ", ".join(f"{self.quote(n)} TEXT" for n in plan.header)
+        names = ", ".join(self.quote(n) for n in plan.header)
         cur.execute(f"DROP TABLE IF EXISTS {STAGE_TABLE}")
         cur.execute(
             f"CREATE TEMP TABLE {STAGE_TABLE} (_rec BIGINT GENERATED BY DEFAULT AS IDENTITY, {columns}, "
@@ -173,8 +207,12 @@ class PostgresLoader(SqlValidated, WarehouseLoader):
         cur.execute("SAVEPOINT abm_copy")
         structural: dict[int, str] = {}
         try:
-            copied, vouched = self._copy_prescanned(
-                cur, request, plan, f"COPY {STAGE_TABLE} ({names}) FROM STDIN WITH (FORMAT csv, HEADER true)"
+            copied = self._copy_prescanned(
+                cur,
+                request,
+                plan,
+                f"COPY {STAGE_TABLE} ({names}) FROM STDIN WITH (FORMAT csv, HEADER true)",
+                incoming,
             )
         except Exception as exc:
             if not _is_data_error(exc):
@@ -185,78 +223,68 @@ class PostgresLoader(SqlValidated, WarehouseLoader):
                 str(exc).splitlines()[0],
             )
             cur.execute("ROLLBACK TO SAVEPOINT abm_copy")
-            self.settle(request)  # the Python pass reads the whole file
+            incoming.wait_for_download()  # the Python pass reads the whole file
             structural = self._copy_checked(cur, request, plan, names)
-            copied, vouched = -1, None
+            copied = Copied(-1, None, keys_increasing=False)
         cur.execute("RELEASE SAVEPOINT abm_copy")
-        self._all_sound = vouched is not None and vouched == copied
-        if self._all_sound:
-            self.log.info("Every one of the %d records passed the column rules (Arrow pre-scan)", copied)
+        if copied.all_pass:
+            self.log.info("Every one of the %d records passed the column rules (Arrow pre-scan)", copied.rows)
         else:
-            sound = self.sound_sql(plan, request.key_columns)
+            passes = self.passes_sql(plan, request.key_columns)
             cur.execute(
                 # A CASE, because the planner may evaluate ANDed conditions in any order.
                 f"UPDATE {STAGE_TABLE} SET _reason = {reason_sql} "
-                f"WHERE CASE WHEN {sound} THEN false ELSE ({reason_sql}) IS NOT NULL END"
+                f"WHERE CASE WHEN {passes} THEN false ELSE ({reason_sql}) IS NOT NULL END"
             )
         if plan.table_exists:
-            # Statistics for the join that deletes restated keys; a new table has none to delete, so
-            # the 200 MB stage's 0.3 to 0.6 s is saved there.
-            cur.execute(f"ANALYZE {STAGE_TABLE}")
-        return structural
-
-    def _value_rejects(self, cur: Any) -> dict[int, str]:
-        return {} if self._all_sound else super()._value_rejects(cur)
+            # Statistics for the join that deletes restated keys; a new table has none to delete.
+            self.analyze(cur, STAGE_TABLE)
+        if copied.keys_unique:
+            self.log.info("The natural keys come in increasing order: none repeats")
+        return Staged(rejects=structural, rules_checked=copied.all_pass, keys_unique=copied.keys_unique)
 
     def _copy_prescanned(
-        self, cur: Any, request: LoadRequest, plan: ColumnPlan, sql: str
-    ) -> tuple[int, int | None]:
-        """``COPY`` the file with ``sql`` while the Arrow pre-scan reads it beside; (copied, vouched).
+        self, cur: Any, request: LoadRequest, plan: ColumnPlan, sql: str, incoming: IncomingFile
+    ) -> Copied:
+        """``COPY`` the file with ``sql`` while the Arrow pre-scan reads it beside.
 
-        ``vouched`` is the pre-scan's record count, or ``None`` when it doubts a record. When the
-        ``COPY`` fails the pre-scan is stopped and waited for, and the error raised. A file still
-        downloading is read from the stream's two readers, one for each.
+        When the ``COPY`` fails the pre-scan is stopped and waited for, and the error raised. A file
+        still downloading is read from the stream's two readers, one for each.
         """
         stop = threading.Event()
         order = KeyOrder()
-        self.keys_proven_unique = False
-        streamed = request.stream is not None and len(self.readers) == 2
+        readers = incoming.arriving_readers()
         with ThreadPoolExecutor(1, thread_name_prefix="abm-prescan") as pool:
-            if streamed:
-                data, beside = self.readers
+            if readers:
+                data, beside = readers
                 prescan = pool.submit(_scan_stream, beside, plan, request.key_columns, stop, order)
             else:
                 prescan = pool.submit(
-                    vouch_all, request.path, plan.header, dict(plan.kinds), request.key_columns, stop, order
+                    count_if_all_pass,
+                    request.path,
+                    plan.header,
+                    dict(plan.kinds),
+                    request.key_columns,
+                    stop,
+                    order,
                 )
             try:
-                if streamed:
-                    copied = self._copy(
-                        cur,
-                        sql,
-                        _progress(data.chunks(), request.size, self.log),
-                    )
+                if readers:
+                    rows = self._copy(cur, sql, _progress(data.chunks(), request.size, self.log))
                 else:
                     with request.path.open("rb") as handle:
-                        copied = self._copy(
-                            cur,
-                            sql,
-                            _progress(_read(handle), request.size, self.log),
-                        )
+                        rows = self._copy(cur, sql, _progress(_read(handle), request.size, self.log))
             except BaseException:
                 # Both readers are let go, which wakes the pre-scan's read-ahead thread if it waits on
                 # its pipe: the pool below waits for the scan, and the interpreter at exit for Arrow's
                 # I/O threads.
                 stop.set()
-                if streamed:
+                if readers:
                     data.detach()
                     beside.detach()
                 raise
-            vouched = prescan.result()
-        if vouched is not None and vouched == copied and order.increasing:
-            self.keys_proven_unique = True
-            self.log.info("The natural keys come in increasing order: none repeats")
-        return copied, vouched
+            passed = prescan.result()
+        return Copied(rows, passed, order.increasing)
 
     def _copy_checked(self, cur: Any, request: LoadRequest, plan: ColumnPlan, names: str) -> dict[int, str]:
         structural: dict[int, str] = {}
@@ -295,7 +323,7 @@ class PostgresLoader(SqlValidated, WarehouseLoader):
         return int(cur.rowcount) if cur.rowcount is not None else -1
 
 
-def _sound_value_sql(column: str, kind: Kind) -> str:
+def _value_passes_sql(column: str, kind: Kind) -> str:
     """SQL true exactly when a non-NULL text matches ``kind.pattern`` (NULL in, NULL out)."""
     if kind is Kind.COUNT:  # -?[0-9]{1,18}
         return f"({column} ~ '^-?[0-9]+$' AND length(ltrim({column}, '-')) <= 18)"
@@ -311,7 +339,7 @@ def _sound_value_sql(column: str, kind: Kind) -> str:
             f"AND substr({column}, 1, 4) <> '0000' AND substr({column}, 6, 2) BETWEEN '01' AND '12' "
             f"AND {day} BETWEEN '01' AND '31' AND ({day} <= '28' OR {_calendar_sql(column)}))"
         )
-    raise ValueError(f"no sound check for {kind}")
+    raise ValueError(f"no character-class check for {kind}")
 
 
 def _calendar_sql(column: str) -> str:
@@ -339,7 +367,7 @@ def _scan_stream(
     """The pre-scan of a file still arriving; its reader is let go when the scan ends, even early,
     so that a doubt found half-way never holds the download back."""
     try:
-        return vouch_all(reader, plan.header, dict(plan.kinds), keys, stop, order)
+        return count_if_all_pass(reader, plan.header, dict(plan.kinds), keys, stop, order)
     finally:
         reader.detach()
 

@@ -1,4 +1,4 @@
-"""``abm_provider.warehouse.generic``: any other common-sql ``DbApiHook``, loaded by ``executemany``.
+"""``abm_provider.warehouse.dialects.generic``: any other common-sql ``DbApiHook``, loaded by ``executemany``.
 
 Driven through ``ExecutionCsvToSqlOperator`` as a DAG uses it, on SQLite (a driver with ``?``
 markers and no DECIMAL or DATE types, through a minimal ``DbApiHook``) and on PostgreSQL with

@@ -18,22 +18,43 @@ import datetime as dt
 import sqlite3
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from abm_provider.warehouse.base import STAGE_TABLE, ColumnPlan, LoadRequest, WarehouseLoader
+from abm_provider.warehouse.dialects.base import Dialect, Staged
 from abm_provider.warehouse.records import iter_records
-from abm_provider.warehouse.schema import Kind, TableName, convert, quote
+from abm_provider.warehouse.schema import Kind, TableName, convert
+from abm_provider.warehouse.sql import STAGE_TABLE
+
+if TYPE_CHECKING:
+    from abm_provider.warehouse.checks import ColumnPlan
+    from abm_provider.warehouse.flow import LoadRequest
+    from abm_provider.warehouse.stream import IncomingFile
 
 
-class GenericLoader(WarehouseLoader):
+def driver_quote_format(hook: Any) -> str:
+    """How the connection quotes an identifier, as common-sql's ``escape_word_format`` (``"{}"``).
+
+    A hook sets it for its SQL dialect (MySqlHook's is a backquote) and a connection extra can set it;
+    common-sql's default, and ours without a connection, is standard SQL's double quote.
+    """
+    form = None
+    with suppress(Exception):  # read from the connection's extra, which may not exist
+        form = hook.escape_word_format
+    return form if isinstance(form, str) and form.count("{}") == 1 else '"{}"'
+
+
+class GenericDialect(Dialect):
+    name = "generic"
     method = "generic_executemany"
     add_column_if_not_exists = False  # SQLite and others lack it; the ledger is migrated once, under a check
 
-    def __init__(self, hook: Any, *, chunk_rows: int = 10_000, **kw: Any) -> None:
-        super().__init__(hook, **kw)
-        self.chunk_rows = chunk_rows
-        self.placeholder = getattr(hook, "placeholder", None) or "%s"  # type: ignore[misc]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.chunk_rows = self.options.chunk_rows
+        self.placeholder = getattr(self.hook, "placeholder", None) or "%s"
+        self.quote_format = driver_quote_format(self.hook)
         self._sqlite = False
 
     def connect(self) -> Any:
@@ -62,7 +83,7 @@ class GenericLoader(WarehouseLoader):
         # from aborting the load's transaction (and its staged rows) on databases that abort on error.
         cur.execute("SAVEPOINT abm_probe")
         try:
-            cur.execute(f"SELECT * FROM {table.sql} WHERE 1 = 0")
+            cur.execute(f"SELECT * FROM {self.table_sql(table)} WHERE 1 = 0")
             names = [str(d[0]) for d in cur.description]
             cur.fetchall()
         except Exception:
@@ -72,17 +93,24 @@ class GenericLoader(WarehouseLoader):
             cur.execute("RELEASE SAVEPOINT abm_probe")
         return names
 
-    def record_numbers(self, ids: Sequence[int]) -> list[int]:
-        return list(ids)
-
-    def stage(self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str) -> dict[int, str]:
-        columns = ", ".join(f"{quote(n)} {plan.kinds[n].sql_type}" for n in plan.header)
+    def create_stage(self, cur: Any, plan: ColumnPlan, record_column: str = "_rec BIGINT") -> None:
+        """The stage table, typed like the target, with the record number and ``_reason``."""
+        columns = ", ".join(f"{self.quote(n)} {self.column_type(plan.kinds[n])}" for n in plan.header)
         try:
             cur.execute(f"DROP TABLE IF EXISTS {STAGE_TABLE}")
         except Exception:
             self.log.debug("no stale stage table to drop", exc_info=True)
-        cur.execute(f"CREATE TEMPORARY TABLE {STAGE_TABLE} (_rec BIGINT, {columns}, _reason TEXT)")
-        names = ", ".join(["_rec", *(quote(n) for n in plan.header)])
+        cur.execute(f"CREATE TEMPORARY TABLE {STAGE_TABLE} ({record_column}, {columns}, _reason TEXT)")
+
+    def stage(
+        self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str, incoming: IncomingFile
+    ) -> Staged:
+        self.create_stage(cur, plan)
+        return self.stage_checked(cur, request, plan)
+
+    def stage_checked(self, cur: Any, request: LoadRequest, plan: ColumnPlan) -> Staged:
+        """Read and check the file in Python, ``executemany`` the rows that pass into the stage."""
+        names = ", ".join(["_rec", *(self.quote(n) for n in plan.header)])
         marks = ", ".join(self.placeholder for _ in range(len(plan.header) + 1))
         insert = f"INSERT INTO {STAGE_TABLE} ({names}) VALUES ({marks})"
         kinds = [plan.kinds[n] for n in plan.header]
@@ -109,7 +137,8 @@ class GenericLoader(WarehouseLoader):
                     )
         if batch:
             cur.executemany(insert, batch)
-        return rejects
+        # Rows breaking a rule were set aside above, never staged: no staged row has a ``_reason``.
+        return Staged(rejects=rejects, rules_checked=True)
 
     def _convert(
         self, fields: list[str], kinds: list[Kind], header: Sequence[str], keys: set[int]

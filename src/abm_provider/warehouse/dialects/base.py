@@ -1,0 +1,205 @@
+"""What a warehouse declares once: its SQL spelling, its transactions and locks, and its bulk path.
+
+The load flow (:mod:`abm_provider.warehouse.flow`) is the same for every warehouse; everything that
+differs between them is a method or a class attribute of a :class:`Dialect`, so adding a warehouse is
+one file in this folder and one line in the registry (:mod:`abm_provider.warehouse.dialects`). The
+list sync's state tables and lineage can ask the same object (quoting, placeholder, statistics, the
+streaming cursor), so no other module needs to branch on a warehouse's name.
+
+A dialect is made for one load (it may hold what the connection told it, or a lock it took), and its
+steps return values (:class:`Staged`) rather than leaving state for the flow to find.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from abm_provider.warehouse.schema import Kind, TableName
+
+if TYPE_CHECKING:
+    from abm_provider.warehouse.checks import ColumnPlan
+    from abm_provider.warehouse.flow import LoadRequest
+    from abm_provider.warehouse.stream import IncomingFile
+
+
+@dataclass(frozen=True)
+class DialectOptions:
+    """The operator's tuning arguments; each dialect reads the ones that concern it."""
+
+    duckdb_memory_limit: str | None = "1GB"
+    duckdb_threads: int | None = None
+    chunk_rows: int = 10_000
+
+
+@dataclass(frozen=True)
+class Staged:
+    """What staging the file told the flow.
+
+    ``rejects``: records that could not be staged (malformed), by record number, with the reason.
+    ``order_column``: the stage's column that increases with the record number, and
+    ``first_record``: what to add to it to get the record number. ``rules_checked``: no staged row
+    breaks a column rule (checked before or while staging), so the stage need not be asked.
+    ``keys_unique``: no natural key repeats in the file (proven while staging).
+    """
+
+    rejects: Mapping[int, str] = field(default_factory=dict)
+    order_column: str = "_rec"
+    first_record: int = 0
+    rules_checked: bool = False
+    keys_unique: bool = False
+
+    def record_numbers(self, ids: list[int]) -> list[int]:
+        """The record numbers of the file behind these values of ``order_column``."""
+        return [i + self.first_record for i in ids]
+
+
+class Dialect(ABC):
+    """One warehouse's SQL and bulk path, for one load through ``hook`` (a common-sql ``DbApiHook``)."""
+
+    #: The registry's name for it, and what :func:`abm_provider.warehouse.dialect_of` answers.
+    name: ClassVar[str]
+    #: Short name of the bulk path, reported in logs, XCom and the ledger.
+    method: ClassVar[str]
+    #: Whether a unique index on the natural key is created with the table.
+    unique_key_index: ClassVar[bool] = True
+    #: Whether a table that does not exist yet is first tried in one pass (``load_direct``).
+    direct_new_table: ClassVar[bool] = False
+    #: Readers of a streamed file the bulk path takes; 0: it reads the file once downloaded.
+    stream_readers: ClassVar[int] = 0
+    #: Whether ``ALTER TABLE ... ADD COLUMN IF NOT EXISTS`` is understood (not by SQLite).
+    add_column_if_not_exists: ClassVar[bool] = True
+    #: The DB-API parameter marker of the driver.
+    placeholder: str = "%s"
+    #: How an identifier is quoted (``{}`` is the name, already checked to be a plain identifier).
+    quote_format: str = '"{}"'
+    #: SQL for the schema a table name without one resolves to.
+    current_schema_sql: ClassVar[str] = "current_schema()"
+    #: A condition (ending in ``AND``) that keeps information_schema to the connection's database.
+    catalog_where: ClassVar[str] = ""
+
+    def __init__(self, hook: Any, options: DialectOptions | None = None, log: logging.Logger | None = None):
+        self.hook = hook
+        self.options = options or DialectOptions()
+        self.log = log or logging.getLogger(__name__)
+
+    # ---- spelling ------------------------------------------------------------------------------
+
+    def quote(self, name: str) -> str:
+        """An identifier already checked by :func:`~abm_provider.warehouse.schema.check_identifier`."""
+        return self.quote_format.format(name)
+
+    def table_sql(self, table: TableName) -> str:
+        """The table's name as SQL, schema-qualified when it has a schema."""
+        name = self.quote(table.name)
+        return f"{self.quote(table.schema)}.{name}" if table.schema else name
+
+    def type_sql(self, sql_type: str) -> str:
+        """The dialect's spelling of a standard SQL type (``TEXT``, ``TIMESTAMP``...) of a column."""
+        return sql_type
+
+    def column_type(self, kind: Kind) -> str:
+        """The SQL type of a column of this kind in the target table."""
+        return self.type_sql(kind.sql_type)
+
+    def typed(self, column: str, kind: Kind) -> str:
+        """SQL turning a staged (text) column into the table's type."""
+        return f"CAST({column} AS {self.column_type(kind)})"
+
+    def param(self, sql_type: str) -> str:
+        """A parameter marker typed as ``sql_type`` (some servers cannot infer a bare marker's type)."""
+        return f"CAST({self.placeholder} AS {sql_type})"
+
+    def text_param(self) -> str:
+        """A parameter marker typed as text, for NULL-safe comparisons of a bound value.
+
+        Typed even where ``param`` is bare: a server that binds on its side cannot type ``? IS NULL``.
+        """
+        return f"CAST({self.placeholder} AS TEXT)"
+
+    def adapt(self, conn: Any, value: Any) -> Any:
+        """Turn a Python value into one the driver binds."""
+        return value
+
+    def rowcount(self, cur: Any) -> int:
+        return int(cur.rowcount)
+
+    # ---- connection, transactions and locks ----------------------------------------------------
+
+    def connect(self) -> Any:
+        return self.hook.get_conn()
+
+    def cursor(self, conn: Any) -> Any:
+        return conn.cursor()
+
+    def streaming_cursor(self, conn: Any) -> Any:
+        """A cursor that leaves a large result on the server and fetches it in pieces, where it can."""
+        return conn.cursor()
+
+    def begin(self, cur: Any) -> None:  # noqa: B027 - optional, most drivers open a transaction implicitly
+        """Start the load's transaction."""
+
+    def begin_replace(self, conn: Any, cur: Any) -> None:  # noqa: B027 - optional
+        """Called after staging, before the lock: a dialect that staged outside the transaction opens it."""
+
+    def lock(self, cur: Any, table: TableName) -> None:  # noqa: B027 - the generic path has no portable lock
+        """Serialise loads into ``table`` until the transaction ends (best effort where unsupported)."""
+
+    def rollback(self, conn: Any) -> None:
+        try:
+            conn.rollback()
+        except Exception:  # the connection may already be gone (killed server, closed socket)
+            self.log.debug("rollback failed", exc_info=True)
+
+    def close(self, conn: Any) -> None:
+        try:
+            conn.close()
+        except Exception:
+            self.log.debug("close failed", exc_info=True)
+
+    def analyze(self, cur: Any, table_sql: str) -> None:  # noqa: B027 - optional
+        """Refresh the planner's statistics of a table just filled (where the planner needs them)."""
+
+    # ---- catalog and bulk path -----------------------------------------------------------------
+
+    def table_columns(self, conn: Any, cur: Any, table: TableName) -> list[str] | None:
+        """The table's column names in order, or ``None`` when it does not exist (information_schema)."""
+        cur.execute(
+            f"SELECT column_name FROM information_schema.columns WHERE {self.catalog_where}"
+            f"table_schema = COALESCE({self.text_param()}, {self.current_schema_sql}) "
+            f"AND table_name = {self.placeholder} ORDER BY ordinal_position",
+            [table.schema, table.name],
+        )
+        names = [str(r[0]) for r in cur.fetchall()]
+        return names or None
+
+    @abstractmethod
+    def stage(
+        self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str, incoming: IncomingFile
+    ) -> Staged:
+        """Create and fill the stage table (:data:`~abm_provider.warehouse.sql.STAGE_TABLE`).
+
+        It has the header's columns and a ``_reason`` column, set (by ``reason_sql`` where the dialect
+        checks rules in SQL) for each row that breaks a column rule.
+        """
+
+    def load_direct(
+        self,
+        cur: Any,
+        request: LoadRequest,
+        plan: ColumnPlan,
+        loaded_at: dt.datetime,
+        incoming: IncomingFile,
+    ) -> int | None:
+        """Fill the new, empty target straight from the file; the rows loaded, or ``None`` to fall back.
+
+        Why: staging writes every row twice (stage, then table), which for a first load or a
+        backfill is most of the time. Called under the lock, in the transaction that has just
+        created the table; ``None`` (the file has a record to reject, a key it repeats, or cannot
+        be read in one pass) makes the caller roll all of it back and run the staged flow.
+        """
+        return None

@@ -1,0 +1,424 @@
+"""The load flow every warehouse shares: check, stage, validate, then replace in one transaction.
+
+1. Ask the ledger whether this execution and file are already in the table (then: a logged no-op).
+2. Compare the file's header with the table (:func:`~.checks.plan_columns`).
+3. Stage the file in a temporary table with the warehouse's bulk path (its
+   :class:`~.dialects.base.Dialect`) and give every staged row a ``_reason`` when one of its values
+   breaks the column rules of :mod:`abm_provider.warehouse.schema`.
+4. Reject the rows with a reason, and all but the last row of any natural key the file repeats,
+   write the rejects file, and stop past ``max_rejected`` (:mod:`.checks`).
+5. Take the table's lock, re-check the ledger, create or widen the table, delete the rows whose
+   natural key the file holds, insert the staged rows and write the ledger row, and commit once. A
+   reader sees the old table or the new one, never a mix, and a load killed anywhere before the
+   commit leaves the table and the ledger as they were.
+
+Loads into one table end in commit order, not data order: a backfill or a second DAG run may commit
+an older execution after a newer one. So, under the lock, a load whose execution is older (by
+``LoadRequest.execution_time``, the ledger's ``execution_time``) than one whose rows are in the table
+replaces only rows no newer execution wrote, and leaves out the file's rows whose key a newer
+execution holds (``LoadResult.rows_stale``, :mod:`.newest`). Rows of a writer without a known time
+count as older.
+
+Into a table that does not exist yet, a warehouse that can (``Dialect.direct_new_table``) first tries
+one bulk pass straight from the file into the new table, under the lock and inside the transaction
+that creates it (``Dialect.load_direct``). It keeps that pass only when every record passed the
+rules, no key repeated and nothing was rejected. Otherwise it rolls the whole attempt back, table
+included, and runs steps 3 to 5. The result, the ledger row and what a reader can see are the same
+either way; the staged flow is the one that sets bad rows aside with their line numbers.
+
+A file still downloading is read as it arrives when the dialect takes readers (:mod:`.stream`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from abm_provider.common.rejects import Limit
+from abm_provider.warehouse import checks, ledger, sql
+from abm_provider.warehouse.checks import ColumnPlan, plan_columns
+from abm_provider.warehouse.dialects.base import Dialect
+from abm_provider.warehouse.rules_sql import SqlValidated
+from abm_provider.warehouse.schema import ExportSchema, TableName
+from abm_provider.warehouse.sql import STAGE_TABLE
+from abm_provider.warehouse.stream import ByteSource, IncomingFile
+
+OnSchemaChange = Literal["fail", "add_columns"]
+_MB = 1024 * 1024
+
+
+@dataclass
+class LoadRequest:
+    """Everything one load needs, already resolved from the operator's (templated) arguments.
+
+    With a ``stream`` the file at ``path`` is still downloading: a dialect whose bulk path can read
+    it as it arrives does, then :meth:`IncomingFile.wait_for_download` waits for the file to be
+    complete and checked, fills in ``sha256`` and ``size`` (empty until then) and drops the stream,
+    before anything else reads ``path`` and before the commit.
+    """
+
+    path: Path
+    source: str
+    table: TableName
+    export: ExportSchema
+    key_columns: tuple[str, ...]
+    execution_id: str | None
+    sha256: str
+    size: int
+    rejects_path: Path
+    ledger: TableName
+    force: bool = False
+    on_schema_change: OnSchemaChange = "fail"
+    max_rejected: Limit = 0
+    stream: ByteSource | None = None
+    #: When the execution completed (its ``updateTime``, UTC, naive), which orders loads into one
+    #: table: rows an execution wrote are never replaced by an older execution's. ``None``: unknown
+    #: (a bare file), and the load replaces what it restates, as every load did before.
+    execution_time: dt.datetime | None = None
+
+
+@dataclass
+class LoadResult:
+    """The XCom summary of one load: small, JSON-serialisable, no row data."""
+
+    table: str
+    export_type: str
+    execution_id: str | None
+    sha256: str
+    bytes: int
+    method: str
+    rows_loaded: int = 0
+    rows_deleted: int = 0
+    rows_rejected: int = 0
+    rejects_path: str | None = None
+    seconds: float = 0.0
+    skipped: bool = False
+    columns_added: list[str] = field(default_factory=list)
+    #: Rows of the file not loaded because a newer execution's row already holds their key: this
+    #: execution arrived after a newer one (a backfill, a concurrent run), and the newer figures stay.
+    rows_stale: int = 0
+    #: The newer executions that hold those keys (at most five), when ``rows_stale`` is not 0.
+    newer_executions: list[str] = field(default_factory=list)
+
+    @property
+    def rows_replaced(self) -> int:
+        return self.rows_deleted
+
+    def to_xcom(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["rows_replaced"] = self.rows_deleted
+        return data
+
+
+class WarehouseLoader:
+    """One load of one file into one table, through the warehouse's :class:`Dialect`."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self.log = dialect.log
+
+    @property
+    def method(self) -> str:
+        return self.dialect.method
+
+    def load(self, request: LoadRequest, header: Sequence[str] | None = None) -> LoadResult:
+        """Load the request's file; ``header`` is read from it (or from its stream) when not given."""
+        started = time.monotonic()
+        result = LoadResult(
+            table=str(request.table),
+            export_type=request.export.export_type,
+            execution_id=request.execution_id,
+            sha256=request.sha256,
+            bytes=request.size,
+            method=self.method,
+        )
+        incoming = IncomingFile(request, self.dialect.stream_readers, self.log)
+        conn = self.dialect.connect()
+        try:
+            cur = self.dialect.cursor(conn)
+            self.dialect.begin(cur)
+            self._run(conn, cur, request, header, result, incoming)
+            result.sha256, result.bytes = request.sha256, request.size  # known once the download is
+        except BaseException:
+            self.dialect.rollback(conn)
+            raise
+        finally:
+            incoming.let_go()
+            self.dialect.close(conn)
+        result.seconds = round(time.monotonic() - started, 3)
+        return result
+
+    def _run(
+        self,
+        conn: Any,
+        cur: Any,
+        request: LoadRequest,
+        header: Sequence[str] | None,
+        result: LoadResult,
+        incoming: IncomingFile,
+    ) -> None:
+        d = self.dialect
+        if not request.force and self._already_loaded(conn, cur, request):
+            d.rollback(conn)
+            result.skipped = True
+            return
+        if header is None:
+            header = incoming.header()
+        existing = d.table_columns(conn, cur, request.table)
+        plan = plan_columns(request, header, existing)
+        if d.direct_new_table and not plan.table_exists:
+            if self._load_new_table(conn, cur, request, plan, result, incoming):
+                return
+            existing = d.table_columns(conn, cur, request.table)
+            plan = plan_columns(request, header, existing)
+
+        t0 = time.monotonic()
+        # Rows are checked in SQL where the dialect can (``SqlValidated``), else while they are staged.
+        reason_sql = d.reason_sql(plan, request.key_columns) if isinstance(d, SqlValidated) else ""
+        staged = d.stage(cur, request, plan, reason_sql, incoming)
+        incoming.wait_for_download()
+        seconds = max(time.monotonic() - t0, 1e-6)
+        self.log.info(
+            "Staged %s (%.1f MB) in %.1f s (%.1f MB/s) via %s",
+            request.path.name,
+            request.size / _MB,
+            seconds,
+            request.size / _MB / seconds,
+            self.method,
+        )
+        rejects = dict(staged.rejects)
+        rejects.update(checks.value_rejects(cur, staged))
+        rejects.update(checks.duplicate_rejects(d, cur, request.key_columns, staged))
+        total = _count(cur, f"SELECT COUNT(*) FROM {STAGE_TABLE}") + len(staged.rejects)
+        self._report_rejects(request, len(plan.header), rejects, total, result)
+
+        d.begin_replace(conn, cur)
+        d.lock(cur, request.table)
+        if not request.force and self._already_loaded(conn, cur, request):
+            d.rollback(conn)
+            result.skipped = True
+            return
+        current = d.table_columns(conn, cur, request.table)
+        if current != existing:  # another load changed the table while this one staged
+            plan = plan_columns(request, header, current)
+        self._prepare_ledger(conn, cur, request)
+        self._prepare_target(cur, request, plan)
+        result.columns_added = list(plan.to_add)
+
+        loaded_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        self._replace(cur, request, plan, loaded_at, result)
+        self._write_ledger(conn, cur, request, result, loaded_at)
+        conn.commit()
+
+    def _load_new_table(
+        self,
+        conn: Any,
+        cur: Any,
+        request: LoadRequest,
+        plan: ColumnPlan,
+        result: LoadResult,
+        incoming: IncomingFile,
+    ) -> bool:
+        """The one-pass load into a new table; ``False`` when it was undone and the staged flow must run."""
+        d = self.dialect
+        d.begin_replace(conn, cur)
+        d.lock(cur, request.table)
+        if not request.force and self._already_loaded(conn, cur, request):
+            d.rollback(conn)
+            result.skipped = True
+            return True
+        if d.table_columns(conn, cur, request.table) is not None:
+            self.log.info("%s was created by another load meanwhile; staging the file", request.table)
+            self._restart(conn, cur)
+            return False
+        self._prepare_ledger(conn, cur, request)
+        self._prepare_target(cur, request, plan)
+        loaded_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        started = time.monotonic()
+        digest_known = bool(request.sha256)
+        rows = d.load_direct(cur, request, plan, loaded_at, incoming)
+        incoming.wait_for_download()
+        if not (digest_known or request.force) and self._already_loaded(conn, cur, request):
+            # A link without an execution id: only now, downloaded, does the file say what it is.
+            d.rollback(conn)
+            result.skipped = True
+            return True
+        if rows is None:
+            self._restart(conn, cur)
+            return False
+        seconds = max(time.monotonic() - started, 1e-6)
+        self.log.info(
+            "Loaded %s (%.1f MB) straight into the new table %s in %.1f s (%.1f MB/s): every record "
+            "passed the column rules and no key repeats",
+            request.path.name,
+            request.size / _MB,
+            request.table,
+            seconds,
+            request.size / _MB / seconds,
+        )
+        result.rows_loaded = rows
+        self._report_rejects(request, len(plan.header), {}, rows, result)
+        self._write_ledger(conn, cur, request, result, loaded_at)
+        conn.commit()
+        return True
+
+    def _restart(self, conn: Any, cur: Any) -> None:
+        """Undo everything of the transaction and open a fresh one for the staged flow."""
+        self.dialect.rollback(conn)
+        self.dialect.begin(cur)
+
+    def _report_rejects(
+        self, request: LoadRequest, width: int, rejects: dict[int, str], total: int, result: LoadResult
+    ) -> None:
+        result.rows_rejected = len(rejects)
+        path = checks.report_rejects(request, width, rejects, total, self.log)
+        if path is not None:
+            result.rejects_path = path
+
+    # ---- the ledger ----------------------------------------------------------------------------
+
+    def _already_loaded(self, conn: Any, cur: Any, request: LoadRequest) -> bool:
+        d = self.dialect
+        if d.table_columns(conn, cur, request.ledger) is None:
+            return False
+        if request.sha256:
+            cur.execute(
+                ledger.find_sql(d, request.ledger),
+                [str(request.table), request.sha256, request.execution_id, request.execution_id],
+            )
+        elif request.execution_id is not None:  # still downloading: an execution's file never changes
+            cur.execute(
+                ledger.find_execution_sql(d, request.ledger), [str(request.table), request.execution_id]
+            )
+        else:
+            return False
+        row = cur.fetchone()
+        if row is None:
+            return False
+        request.sha256 = request.sha256 or str(row[2])
+        self.log.info(
+            "Execution %s (sha256 %s) is already in %s since %s (%s rows); nothing to do. "
+            "Pass force=True to load it again.",
+            request.execution_id,
+            str(row[2])[:12],
+            request.table,
+            row[0],
+            row[1],
+        )
+        return True
+
+    def _prepare_ledger(self, conn: Any, cur: Any, request: LoadRequest) -> None:
+        """Create the ledger, or add the columns an older version's ledger lacks (under the lock)."""
+        d = self.dialect
+        existing = d.table_columns(conn, cur, request.ledger)
+        if existing is None:
+            cur.execute(ledger.create_sql(d, request.ledger))
+            return
+        for name, sql_type in ledger.missing_columns(existing):
+            cur.execute(ledger.add_column_sql(d, request.ledger, name, sql_type))
+            self.log.warning("Added column %s %s to the load ledger %s", name, sql_type, request.ledger)
+
+    def _write_ledger(
+        self, conn: Any, cur: Any, request: LoadRequest, result: LoadResult, loaded_at: dt.datetime
+    ) -> None:
+        entry = ledger.LedgerEntry(
+            target_table=str(request.table),
+            execution_id=request.execution_id,
+            export_type=request.export.export_type,
+            sha256=request.sha256,
+            source=request.source,
+            bytes=request.size,
+            rows_loaded=result.rows_loaded,
+            rows_deleted=result.rows_deleted,
+            rows_rejected=result.rows_rejected,
+            loaded_at=loaded_at,
+            method=self.method,
+            execution_time=request.execution_time,
+        )
+        d = self.dialect
+        cur.execute(ledger.insert_sql(d, request.ledger), [d.adapt(conn, v) for v in entry.values()])
+
+    def newer_params(self, request: LoadRequest) -> list[Any]:
+        """The bind values of the ledger's newer-execution queries, adapted for the driver."""
+        return [
+            self.dialect.adapt(None, v)
+            for v in ledger.newer_params(str(request.table), request.execution_time, request.execution_id)
+        ]
+
+    # ---- the replace step ----------------------------------------------------------------------
+
+    def _prepare_target(self, cur: Any, request: LoadRequest, plan: ColumnPlan) -> None:
+        d = self.dialect
+        if not plan.table_exists:
+            cur.execute(sql.create_table_sql(d, request, plan))
+            self.log.info("Created table %s", request.table)
+        for name in plan.to_add:
+            cur.execute(sql.add_column_sql(d, request, plan, name))
+            self.log.warning("Added column %s %s to %s", name, d.column_type(plan.kinds[name]), request.table)
+
+    def _replace(
+        self, cur: Any, request: LoadRequest, plan: ColumnPlan, loaded_at: dt.datetime, result: LoadResult
+    ) -> None:
+        """Delete the restated keys, insert the staged rows, and index a table this load created.
+
+        When a newer execution than this one is in the table (the usual case: none, found by one
+        ledger query), rows it wrote are neither deleted nor replaced: see :mod:`.newest`.
+        """
+        from abm_provider.warehouse import newest  # it builds on this module's types
+
+        found = newest.newer_execution(self, cur, request) if plan.table_exists else None
+        if found is not None:
+            newest.replace_older(self, cur, request, plan, loaded_at, result, found)
+        else:
+            result.rows_deleted = self.delete_replaced(cur, request, plan)
+            result.rows_loaded = self.insert_new(cur, request, plan, loaded_at)
+        if not plan.table_exists and self.dialect.unique_key_index:
+            # Built once the rows are in: one sort, while keeping an index up to date row by row
+            # during the insert costs more than the insert and the build together
+            # (docs/performance.md, "Figures behind design choices"). The table is new in this
+            # transaction, so nobody sees it without the index.
+            cur.execute(sql.key_index_sql(self.dialect, request))
+
+    def delete_replaced(
+        self, cur: Any, request: LoadRequest, plan: ColumnPlan, *, keep_newer: bool = False
+    ) -> int:
+        """Delete the table's rows whose natural key the file holds (restated rows).
+
+        ``keep_newer``: except the rows an execution newer than this one wrote (by the ledger).
+        """
+        statement = sql.delete_sql(self.dialect, request, plan, keep_newer=keep_newer)
+        if keep_newer:
+            cur.execute(statement, self.newer_params(request))
+        else:
+            cur.execute(statement)
+        return self.dialect.rowcount(cur)
+
+    def insert_new(
+        self,
+        cur: Any,
+        request: LoadRequest,
+        plan: ColumnPlan,
+        loaded_at: dt.datetime,
+        *,
+        keep_newer: bool = False,
+    ) -> int:
+        """Insert the staged rows, typed, with the lineage columns.
+
+        ``keep_newer``: only those whose key is not in the table (after ``delete_replaced`` with
+        ``keep_newer``, a key still there is a newer execution's).
+        """
+        cur.execute(
+            sql.insert_sql(self.dialect, request, plan, keep_newer=keep_newer),
+            [request.execution_id, self.dialect.adapt(None, loaded_at)],
+        )
+        return self.dialect.rowcount(cur)
+
+
+def _count(cur: Any, statement: str) -> int:
+    cur.execute(statement)
+    row = cur.fetchone()
+    return int(row[0]) if row else 0
