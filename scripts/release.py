@@ -48,8 +48,10 @@ CONTENTS = ROOT / "release" / "contents"
 PYTHON = os.environ.get("PYTHON", "python3.11")
 #: What the smoke subset needs beside the two distributions.
 TEST_TOOLS = ("pytest", "pytest-asyncio", "pytest-timeout")
-#: The provider's extras that the compat venvs install (the emulator extra is the local wheel itself).
-EXTRAS = "duckdb,postgres,openlineage,celery"
+#: The provider's extras that the compat and release venvs install (the emulator extra is the local wheel
+#: itself). ``mysql`` brings mysqlclient, which builds from source against MariaDB Connector/C
+#: (Debian's libmariadb-dev; ``make install`` installs it on a fresh machine).
+EXTRAS = "duckdb,postgres,mysql,openlineage,celery"
 #: Published after Airflow 3.1.0, yet what the DuckDB extra needs: exempt from that target's cutoff.
 LATER_THAN_THE_FLOOR = ("apache-airflow-providers-duckdb", "apache-airflow-providers-common-sql")
 SMOKE_TIMEOUT = 900
@@ -183,13 +185,16 @@ def pin(targets: Sequence[Target]) -> None:
                 "--exclude-newer", target.cutoff, *later, *resolution, wanted, "-o", out,
                 env=uv_env(),
             )  # fmt: skip
+            # uv names the input by its path, a fresh temporary folder each time: keep the files' diffs
+            # to what changed.
+            text = out.read_text().replace(str(wanted), wanted.name)
             how = "every direct dependency at its lowest allowed version, " if target.lowest else ""
             header = (
                 f"# Airflow {target.airflow} for `make compat`: {how}resolved as of {target.cutoff}\n"
                 f"# (published later, needed anyway: {', '.join(target.exempt)}).\n"
                 "# Regenerate with: python scripts/release.py pin\n"
             )
-            target.pins.write_text(header + out.read_text())
+            target.pins.write_text(header + text)
             print(f"wrote {target.pins.relative_to(ROOT)}")
 
 

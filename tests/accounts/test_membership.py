@@ -22,8 +22,7 @@ from abm_provider.accounts.membership import (
     MembershipResult,
     MembershipRun,
     MembershipSettings,
-    account_source,
-    check_one_source,
+    SourceArgs,
 )
 from abm_provider.accounts.sources import IterableSource, TableSource
 from abm_provider.accounts.validation import NOT_FOUND_REASON
@@ -217,13 +216,13 @@ def test_a_service_error_is_raised_as_it_is_with_the_rejects_so_far_kept(tmp_pat
     assert all(hook.closed for hook in hooks.made)
 
 
-def test_account_source_picks_the_one_source_and_refuses_what_no_retry_fixes(tmp_path):
-    assert isinstance(account_source(accounts=[{"id": "001a"}]), IterableSource)
-    assert isinstance(account_source(accounts=pa.table({"id": ["001a"]})), TableSource)
+def test_the_source_opened_is_the_one_given_and_refuses_what_no_retry_fixes(tmp_path):
+    assert isinstance(SourceArgs(accounts=[{"id": "001a"}]).open(), IterableSource)
+    assert isinstance(SourceArgs(accounts=pa.table({"id": ["001a"]})).open(), TableSource)
     with pytest.raises(AirflowFailException, match="got dict"):
-        account_source(accounts={"id": "001a"})
+        SourceArgs(accounts={"id": "001a"}).open()
     with pytest.raises(AirflowFailException, match="set file_format"):
-        account_source(accounts_path=str(tmp_path / "accounts.json"))
+        SourceArgs(accounts_path=str(tmp_path / "accounts.json")).open()
 
 
 @pytest.mark.parametrize(
@@ -235,9 +234,6 @@ def test_account_source_picks_the_one_source_and_refuses_what_no_retry_fixes(tmp
         ({"accounts": [], "file_format": "csv"}, "file_format is only used with accounts_path"),
     ],
 )
-def test_check_one_source_refuses_what_would_be_ignored(given, message):
-    arguments = dict.fromkeys(
-        ("accounts", "accounts_path", "file_format", "sql", "sql_conn_id", "parameters")
-    )
+def test_check_refuses_what_would_be_ignored(given, message):
     with pytest.raises(ValueError, match=message):
-        check_one_source("Op", **{**arguments, **given})
+        SourceArgs(**given).check("Op")

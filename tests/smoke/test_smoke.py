@@ -4,15 +4,18 @@
 newest 3.2, and ``make release-check`` in a fresh venv from the built files; the full suite runs it on
 the pinned Airflow. Each test is one thing a user does first: import, parse the example DAGs, create a
 folder and a list and add accounts, run the export DAG (its sensor defers, its load writes DuckDB) and
-the list sync DAG.
+the list sync DAG, load an export into MariaDB through the MySQL dialect's ``LOAD DATA`` path.
 """
 
 from __future__ import annotations
 
+import csv
 import importlib
 import os
 import pkgutil
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ import pytest
 from smoke_support import DAGS, fire_once_deferred, record_trigger_runs, run_dag, task_states
 
 import abm_provider
+from abm_emulator.csvgen import EXPORT_COLUMNS
 
 EXPORT_TYPE = "TACTIC_PERFORMANCE"
 
@@ -135,3 +139,64 @@ def test_the_sync_dag_adds_the_target_accounts(
         (list_id,) = {r[0] for r in conn.execute("SELECT list_id FROM abm_sync_members").fetchall()}
     assert recorded == ids
     assert sorted(m["id"] for m in abm_emulator.members(list_id)) == ids
+
+
+def test_an_export_loads_into_mariadb_through_the_mysql_dialect(
+    mysql_warehouse: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The [mysql] extra: a MySqlHook gets the MySQL dialect, whose ``LOAD DATA LOCAL INFILE`` path loads."""
+    from airflow.providers.mysql.hooks.mysql import MySqlHook
+
+    from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
+    from abm_provider.warehouse.dialects import dialect_name
+    from abm_provider.warehouse.dialects.mysql import MySQLDialect
+
+    assert dialect_name(MySqlHook(mysql_conn_id="abm_smoke_mysql")) == "mysql"
+    bulk: list[Any] = []  # what each LOAD DATA returned: None when the load fell back to Python
+    load_data = MySQLDialect._load_data
+
+    def recording_load_data(self: MySQLDialect, *args: Any, **kwargs: Any) -> Any:
+        bulk.append(load_data(self, *args, **kwargs))
+        return bulk[-1]
+
+    monkeypatch.setattr(MySQLDialect, "_load_data", recording_load_data)
+    names = ['Spring, "Launch"', "Café Münster", "日本語 キャンペーン", "plain"]
+    rows = [
+        ["2026-01-0" + str(day), f"c{t % 2}", names[t], f"t{t}", f"{names[-t - 1]} #{t}", str(1000 * t + day),
+         str(t + day), f"{t * 12.5 + day:.2f}"]
+        for day in (1, 2, 3)
+        for t in range(len(names))
+    ]  # fmt: skip
+    export = tmp_path / "tactics.csv"
+    with export.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(EXPORT_COLUMNS[EXPORT_TYPE])
+        writer.writerows(rows)
+
+    def load() -> dict[str, Any]:
+        return ExecutionCsvToSqlOperator(
+            task_id="load_mysql",
+            source=str(export),
+            sql_conn_id="abm_smoke_mysql",
+            table=f"{mysql_warehouse}.abm_tactic_performance",
+            export_type=EXPORT_TYPE,
+            execution_id="smoke-mysql-1",
+        ).execute({})
+
+    result = load()
+    assert (result["method"], result["rows_loaded"], result["rows_rejected"]) == ("mysql_load_data", 12, 0)
+    assert len(bulk) == 1 and bulk[0] is not None, "LOAD DATA did not stage the file; it went through Python"
+    assert load()["skipped"] is True  # the ledger knows the execution
+    conn = MySqlHook(mysql_conn_id="abm_smoke_mysql").get_conn()
+    with closing(conn):
+        cur = conn.cursor()
+        cur.execute(
+            f"SELECT COUNT(*), SUM(impressions), SUM(spend) FROM `{mysql_warehouse}`.abm_tactic_performance"
+        )
+        assert cur.fetchone() == (12, sum(int(r[5]) for r in rows), sum(Decimal(r[7]) for r in rows))
+        cur.execute(
+            f"SELECT DISTINCT campaign_name FROM `{mysql_warehouse}`.abm_tactic_performance ORDER BY 1"
+        )
+        assert [r[0] for r in cur.fetchall()] == sorted(names)
+        cur.execute(f"SELECT execution_id, rows_loaded FROM `{mysql_warehouse}`.abm_load_ledger")
+        assert cur.fetchall() == (("smoke-mysql-1", 12),)

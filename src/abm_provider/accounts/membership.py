@@ -8,7 +8,7 @@ and the result holds only counts.
 
 ``AddAccountsToListOperator`` and ``RemoveAccountsFromListOperator``
 (:mod:`abm_provider.operators.account_lists`) turn their rendered arguments into
-:class:`MembershipSettings`, a source (:func:`account_source`) and a rejects path, and the
+:class:`MembershipSettings`, a source (:class:`SourceArgs`) and a rejects path, and the
 :class:`MembershipResult` into their XCom value. Nothing here needs an Airflow context, so the run
 can be driven and tested on its own.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.sdk import ObjectStoragePath
@@ -99,6 +99,11 @@ class MembershipSettings:
     progress_interval: float = 5.0
     max_in_flight: int = 2
 
+    @classmethod
+    def of(cls, holder: Any) -> MembershipSettings:
+        """The settings from an object that has each as an attribute of the same name (the operator)."""
+        return cls(**{spec.name: getattr(holder, spec.name) for spec in fields(cls)})
+
 
 @dataclass(frozen=True)
 class MembershipResult:
@@ -131,79 +136,82 @@ class MembershipResult:
         return counts
 
 
-def check_one_source(
-    owner: str,
-    *,
-    accounts: Any,
-    accounts_path: Any,
-    file_format: Any,
-    sql: Any,
-    sql_conn_id: Any,
-    parameters: Any,
-) -> None:
-    """Raise ``ValueError`` unless exactly one source is given, with only the arguments it uses.
+@dataclass(frozen=True)
+class SourceArgs:
+    """The membership operators' source: exactly one of ``accounts`` (an iterable of mappings, a pandas
+    DataFrame or a pyarrow Table; an XComArg resolved before :meth:`open`), ``accounts_path`` (CSV or
+    Parquet, ``file_format`` when the name does not tell), or ``sql`` over ``sql_conn_id`` (with
+    ``parameters`` and the hook's ``sql_hook_params``); ``batch_size`` rows are read at a time."""
 
-    An argument that belongs to another source (``parameters`` without ``sql``) would be silently
-    ignored, so it is refused instead; ``owner`` (the operator's class name) starts the message.
-    """
-    given = [
-        name
-        for name, value in (("accounts", accounts), ("accounts_path", accounts_path), ("sql", sql))
-        if value is not None
-    ]
-    if len(given) != 1:
-        raise ValueError(
-            f"{owner} needs exactly one of accounts, accounts_path or sql (with sql_conn_id); "
-            f"got {given or 'none'}"
-        )
-    if sql is not None and not sql_conn_id:
-        raise ValueError("sql needs sql_conn_id (any common-sql connection)")
-    if sql is None and sql_conn_id is not None:
-        raise ValueError("sql_conn_id is only used with sql")
-    if parameters is not None and sql is None:
-        raise ValueError("parameters are only used with sql")
-    if file_format is not None and accounts_path is None:
-        raise ValueError("file_format is only used with accounts_path")
-    if accounts is not None and isinstance(accounts, (str, bytes, Mapping)):
-        raise ValueError(
-            f"accounts must be an iterable of account mappings or an XComArg, not a {type(accounts).__name__}"
-        )
+    accounts: Any = None
+    accounts_path: str | ObjectStoragePath | None = None
+    file_format: str | None = None
+    sql: str | None = None
+    sql_conn_id: str | None = None
+    parameters: Mapping[str, Any] | Sequence[Any] | None = None
+    sql_hook_params: Mapping[str, Any] | None = None
+    batch_size: int = MAX_BATCH_SIZE
 
+    @classmethod
+    def of(cls, holder: Any, **given: Any) -> SourceArgs:
+        """The arguments from an object that has each as an attribute of the same name (the operator);
+        ``given`` wins (a resolved ``accounts``)."""
+        return cls(**{spec.name: getattr(holder, spec.name) for spec in fields(cls)} | given)
 
-def account_source(
-    *,
-    accounts: Any = None,
-    accounts_path: str | ObjectStoragePath | None = None,
-    file_format: str | None = None,
-    sql: str | None = None,
-    sql_conn_id: str | None = None,
-    parameters: Mapping[str, Any] | Sequence[Any] | None = None,
-    sql_hook_params: Mapping[str, Any] | None = None,
-    batch_size: int = MAX_BATCH_SIZE,
-) -> AccountSource:
-    """The one source given, from rendered values; a value no retry can fix fails without retries.
+    def check(self, owner: str) -> None:
+        """Raise ``ValueError`` unless exactly one source is given, with only the arguments it uses.
 
-    ``accounts`` is an iterable of mappings, a pandas DataFrame or a pyarrow Table (an XComArg
-    already resolved); else ``accounts_path`` (CSV or Parquet), else ``sql`` over ``sql_conn_id``.
-    """
-    if accounts is not None:
-        if is_table(accounts):
-            return TableSource(accounts, read_batch_size=batch_size)
-        if isinstance(accounts, (str, bytes, Mapping)) or not isinstance(accounts, Iterable):
-            raise AirflowFailException(
-                f"accounts must be an iterable of account mappings, got {type(accounts).__name__}"
+        An argument that belongs to another source (``parameters`` without ``sql``) would be silently
+        ignored, so it is refused instead; ``owner`` (the operator's class name) starts the message.
+        """
+        accounts, sql = self.accounts, self.sql
+        given = [
+            name
+            for name, value in (("accounts", accounts), ("accounts_path", self.accounts_path), ("sql", sql))
+            if value is not None
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                f"{owner} needs exactly one of accounts, accounts_path or sql (with sql_conn_id); "
+                f"got {given or 'none'}"
             )
-        return IterableSource(accounts)
-    if accounts_path is not None:
-        try:  # a rendered path or format that does not name CSV or Parquet: final
-            return open_file_source(accounts_path, file_format, read_batch_size=batch_size)
-        except ValueError as err:
-            raise AirflowFailException(str(err)) from err
-    if sql is None or sql_conn_id is None:
-        raise ValueError("give accounts, accounts_path, or sql with sql_conn_id")
-    return SqlSource(
-        sql, sql_conn_id, parameters=parameters, hook_params=sql_hook_params, fetch_size=batch_size
-    )
+        if sql is not None and not self.sql_conn_id:
+            raise ValueError("sql needs sql_conn_id (any common-sql connection)")
+        if sql is None and self.sql_conn_id is not None:
+            raise ValueError("sql_conn_id is only used with sql")
+        if self.parameters is not None and sql is None:
+            raise ValueError("parameters are only used with sql")
+        if self.file_format is not None and self.accounts_path is None:
+            raise ValueError("file_format is only used with accounts_path")
+        if accounts is not None and isinstance(accounts, (str, bytes, Mapping)):
+            kind = type(accounts).__name__
+            raise ValueError(f"accounts must be an iterable of account mappings or an XComArg, not a {kind}")
+
+    def open(self) -> AccountSource:
+        """The one source given, from rendered values; a value no retry can fix fails without retries."""
+        accounts, batch_size = self.accounts, self.batch_size
+        if accounts is not None:
+            if is_table(accounts):
+                return TableSource(accounts, read_batch_size=batch_size)
+            if isinstance(accounts, (str, bytes, Mapping)) or not isinstance(accounts, Iterable):
+                raise AirflowFailException(
+                    f"accounts must be an iterable of account mappings, got {type(accounts).__name__}"
+                )
+            return IterableSource(accounts)
+        if self.accounts_path is not None:
+            try:  # a rendered path or format that does not name CSV or Parquet: final
+                return open_file_source(self.accounts_path, self.file_format, read_batch_size=batch_size)
+            except ValueError as err:
+                raise AirflowFailException(str(err)) from err
+        if self.sql is None or self.sql_conn_id is None:
+            raise ValueError("give accounts, accounts_path, or sql with sql_conn_id")
+        return SqlSource(
+            self.sql,
+            self.sql_conn_id,
+            parameters=self.parameters,
+            hook_params=self.sql_hook_params,
+            fetch_size=batch_size,
+        )
 
 
 class MembershipRun:

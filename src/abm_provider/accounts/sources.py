@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import io
 import os
-import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, Literal
@@ -19,6 +18,8 @@ from airflow.sdk import ObjectStoragePath
 from abm_provider.accounts.validation import MalformedRecord, SourceRow
 from abm_provider.common.paths import as_storage_path, is_local
 from abm_provider.common.sql import sql_hook
+from abm_provider.warehouse.dialects import dialect_for
+from abm_provider.warehouse.schema import TableName
 
 FileFormat = Literal["csv", "parquet"]
 
@@ -264,24 +265,28 @@ class ParquetSource:
 class SqlSource:
     """Rows of a SQL query run through any common-sql ``DbApiHook`` connection.
 
-    Rows are fetched with ``fetchmany`` on a server-side cursor where the driver has one (PostgreSQL
-    named cursors, MySQL ``SSCursor``); other drivers, DuckDB included, stream results through a
-    plain cursor's ``fetchmany``. A plain client-side cursor on PostgreSQL would copy the whole result
-    into the worker on ``execute``.
+    Rows are fetched with ``fetchmany`` on the connection's dialect's streaming cursor: a server-side
+    cursor where the driver has one (PostgreSQL named cursors, MySQL ``SSCursor``), DuckDB's own
+    connection, which fetches in chunks, and a plain cursor elsewhere. A plain client-side cursor on
+    PostgreSQL would copy the whole result into the worker on ``execute``.
     """
 
     description = "SQL query"
 
     def __init__(
         self,
-        sql: str,
+        sql: str | None,
         sql_conn_id: str,
         *,
+        table: TableName | None = None,
         parameters: Mapping[str, Any] | Sequence[Any] | None = None,
         hook_params: Mapping[str, Any] | None = None,
         fetch_size: int = 1000,
     ) -> None:
+        if (sql is None) == (table is None):
+            raise ValueError("SqlSource takes a query (sql) or a table, not both and not neither")
         self.sql = sql
+        self.table = table
         self.sql_conn_id = sql_conn_id
         self.parameters = parameters
         self.hook_params = dict(hook_params or {})
@@ -298,11 +303,14 @@ class SqlSource:
         conn = hook.get_conn()
         cursor: Any = None
         try:
-            cursor = _streaming_cursor(conn)
+            dialect = dialect_for(hook)
+            # A whole table is read with the name quoted as its warehouse quotes (MySQL reads "x" as text).
+            query = self.sql if self.table is None else f"SELECT * FROM {dialect.table_sql(self.table)}"
+            cursor = dialect.streaming_cursor(conn)
             if self.parameters:
-                cursor.execute(self.sql, self.parameters)
+                cursor.execute(query, self.parameters)
             else:
-                cursor.execute(self.sql)
+                cursor.execute(query)
             if cursor.description is None and not _named(cursor):
                 raise ValueError("The sql query returns no result set; it must be a SELECT of accounts")
             first = cursor.fetchmany(self.fetch_size)
@@ -324,23 +332,6 @@ class SqlSource:
                 number += 1
                 yield SourceRow(number, None, dict(zip(columns, values, strict=True)))
             chunk = cursor.fetchmany(self.fetch_size)
-
-
-def _streaming_cursor(conn: Any) -> Any:
-    """A cursor that keeps the result on the server when the driver supports it."""
-    module = type(conn).__module__
-    name = f"abm_accounts_{uuid.uuid4().hex[:12]}"
-    if module.startswith("psycopg2") or module.startswith("psycopg"):
-        return conn.cursor(name=name)
-    if module.startswith("MySQLdb"):
-        from MySQLdb.cursors import SSCursor  # type: ignore[import-not-found]
-
-        return conn.cursor(SSCursor)
-    if module.startswith("pymysql"):
-        from pymysql.cursors import SSCursor as PyMySQLSSCursor  # type: ignore[import-not-found]
-
-        return conn.cursor(PyMySQLSSCursor)
-    return conn.cursor()
 
 
 def _named(cursor: Any) -> bool:

@@ -1,8 +1,10 @@
-"""OpenLineage names of warehouse tables, shared by the loader (its output) and the list sync (its input)."""
+"""OpenLineage for the operators: its classes when installed, and the names of warehouse tables,
+shared by the loader (its output) and the list sync (its input)."""
 
 from __future__ import annotations
 
 from contextlib import suppress
+from types import SimpleNamespace
 from typing import Any
 
 from abm_provider.warehouse import dialect_of
@@ -32,3 +34,30 @@ def table_dataset(hook: Any, table: TableName) -> tuple[str, str]:
             return f"duckdb://{hook.get_database()}", f"{schema or 'main'}.{table.name}"
     host = getattr(connection, "host", None) or getattr(hook, "get_conn_id", lambda: "default")()
     return f"{conn_type}://{host}", f"{schema}.{table.name}" if schema else table.name
+
+
+def openlineage() -> Any:
+    """The OpenLineage classes the operators report with, or ``None`` when OpenLineage is not installed.
+
+    ``OperatorLineage``, ``Dataset`` and ``OutputDataset``, and the facet modules ``schema_dataset`` and
+    ``output_statistics_output_dataset``, as attributes of the answer.
+    """
+    try:
+        from airflow.providers.openlineage.extractors import OperatorLineage
+        from openlineage.client.event_v2 import Dataset, OutputDataset
+        from openlineage.client.facet_v2 import output_statistics_output_dataset, schema_dataset
+    except ImportError:
+        return None
+    return SimpleNamespace(
+        OperatorLineage=OperatorLineage,
+        Dataset=Dataset,
+        OutputDataset=OutputDataset,
+        schema_dataset=schema_dataset,
+        output_statistics_output_dataset=output_statistics_output_dataset,
+    )
+
+
+def table_input(ol: Any, hook: Any, table: TableName) -> Any:
+    """The OpenLineage dataset of a warehouse table, named by :func:`table_dataset`."""
+    namespace, name = table_dataset(hook, table)
+    return ol.Dataset(namespace=namespace, name=name)

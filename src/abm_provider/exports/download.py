@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal, cast
 from urllib.parse import urlsplit
 
@@ -77,46 +78,67 @@ def execution_inputs(
     return record, uri, execution_id, export_type
 
 
+@dataclass(frozen=True)
+class DownloadOptions:
+    """How an execution is downloaded: the settings of
+    :class:`~abm_provider.operators.exports.DownloadExecutionCsvOperator`, which documents them (and
+    checks them); the loader downloads with ``destination`` and ``etag_is_md5`` only."""
+
+    destination: str | ObjectStoragePath | None = None
+    base: str | ObjectStoragePath | None = None
+    to_parquet: bool = False
+    if_exists: DownloadIfExists = "skip"
+    etag_is_md5: bool = False
+    chunk_size: int = 8 << 20
+    progress_interval: float = 10.0
+
+    @classmethod
+    def of(cls, holder: Any) -> DownloadOptions:
+        """The options from an object that has each as an attribute of the same name (the operator)."""
+        return cls(**{spec.name: getattr(holder, spec.name) for spec in fields(cls)})
+
+    @property
+    def format(self) -> str:
+        """The stored file's format: ``parquet`` or ``csv``."""
+        return "parquet" if self.to_parquet else "csv"
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One file to fetch: the link, where it goes, and the execution it holds."""
+
+    uri: str
+    target: ObjectStoragePath
+    execution_id: str | None
+    export_type: str | None
+
+
 class ExecutionDownload:
     """Download one execution's CSV to its archive file: checked, atomic, skipped when already there.
 
-    The settings are those of :class:`~abm_provider.operators.exports.DownloadExecutionCsvOperator`,
-    which documents them.
+    :param log: where progress and the summary go (the task's log).
+    :param options: how (:class:`DownloadOptions`).
+    :param dag_id: names the default destination when the context has no task instance.
     """
 
     def __init__(
-        self,
-        *,
-        log: logging.Logger | Any,
-        destination: str | ObjectStoragePath | None = None,
-        base: str | ObjectStoragePath | None = None,
-        to_parquet: bool = False,
-        if_exists: DownloadIfExists = "skip",
-        etag_is_md5: bool = False,
-        chunk_size: int = 8 << 20,
-        progress_interval: float = 10.0,
-        dag_id: str | None = None,
+        self, *, log: logging.Logger | Any, options: DownloadOptions, dag_id: str | None = None
     ) -> None:
         self.log = log
-        self.destination = destination
-        self.base = base
-        self.to_parquet = to_parquet
-        self.if_exists = if_exists
-        self.etag_is_md5 = etag_is_md5
-        self.chunk_size = chunk_size
-        self.progress_interval = progress_interval
+        self.options = options
         self.dag_id = dag_id
-        self.format = "parquet" if to_parquet else "csv"
+        self.format = options.format
 
     def target(self, context: Mapping[str, Any], execution_id: str | None, uri: str) -> ObjectStoragePath:
         """The destination file: as given, else keyed by dag, run and execution under ``base``."""
-        if self.destination is not None:
-            return as_storage_path(self.destination)
+        if self.options.destination is not None:
+            return as_storage_path(self.options.destination)
         ti: Any = context.get("ti") or context.get("task_instance")
         dag_id = getattr(ti, "dag_id", None) or self.dag_id or "adhoc"
         run_id = context.get("run_id") or getattr(ti, "run_id", None) or "manual"
         name = safe_key(execution_id) if execution_id else uri_stem(uri)
-        root = as_storage_path(self.base if self.base is not None else default_state_dir())
+        base = self.options.base
+        root = as_storage_path(base if base is not None else default_state_dir())
         return root / "exports" / safe_key(dag_id) / safe_key(str(run_id)) / f"{name}.{self.format}"
 
     def link(self, hook: AbmHook, uri: str | None, export_type: str | None, execution_id: str | None) -> str:
@@ -155,7 +177,7 @@ class ExecutionDownload:
                 # A full disk, a quota or a read-only archive folder fails the task for good, naming
                 # the file (it is no network failure, and no new link or download can help).
                 with local_io(display(target), "write the archive"):
-                    return self.fetch(hook, uri, target, execution_id, export_type, fed, received)
+                    return self.fetch(hook, _Job(uri, target, execution_id, export_type), fed, received)
             except AbmApiError as err:
                 # 403: the pre-signed link expired. 412: the file changed between resumed requests, so
                 # the bytes so far are useless. Both are fixed once by a fresh link and a fresh start.
@@ -198,7 +220,7 @@ class ExecutionDownload:
         self, target: ObjectStoragePath, execution_id: str | None
     ) -> dict[str, Any] | None:
         """The earlier result if ``target`` verifiably holds this execution already, else ``None``."""
-        if self.if_exists != "skip" or not execution_id:
+        if self.options.if_exists != "skip" or not execution_id:
             return None
         manifest = read_manifest(target)
         if manifest is None:
@@ -236,20 +258,15 @@ class ExecutionDownload:
         }
 
     def fetch(
-        self,
-        hook: AbmHook,
-        uri: str,
-        target: ObjectStoragePath,
-        execution_id: str | None,
-        export_type: str | None,
-        tee: Tee | None = None,
-        received: Callable[[], None] | None = None,
+        self, hook: AbmHook, job: _Job, tee: Tee | None = None, received: Callable[[], None] | None = None
     ) -> dict[str, Any]:
         """One download into a temporary file; published only when complete and checked.
 
         ``received`` is called once the last byte is in, before the checks, so that a reader of the
         tee can finish its work while they run.
         """
+        uri, target, execution_id = job.uri, job.target, job.execution_id
+        options = self.options
         label = f"Download of execution {execution_id or safe_url(uri)}"
         self.log.info("%s to %s", label, target)
         stale = remove_stale_temps(target)
@@ -258,10 +275,10 @@ class ExecutionDownload:
                 "Removed %d temporary file(s) an interrupted earlier try left: %s", len(stale), stale
             )
         with AtomicFile(target) as out:
-            converter = CsvToParquet(out.open()) if self.to_parquet else None
+            converter = CsvToParquet(out.open()) if options.to_parquet else None
             # The CSV's MD5 (for etag_is_md5) is computed inline only where it cannot be read back
             # cheaply afterwards: when it is converted, or when the temporary file is remote.
-            inline_md5 = self.etag_is_md5 and (converter is not None or not is_local(target))
+            inline_md5 = options.etag_is_md5 and (converter is not None or not is_local(target))
             if converter is not None:
                 sink = HashingSink(converter.write, md5=inline_md5)
             elif tee is not None:
@@ -284,10 +301,10 @@ class ExecutionDownload:
                     md5=inline_md5,
                     copy=not is_local(target),
                 )
-            progress = ByteProgress(self.log, label, self.progress_interval)
+            progress = ByteProgress(self.log, label, options.progress_interval)
             try:
                 result = hook.download(
-                    uri, cast("BinaryIO", sink), chunk_size=self.chunk_size, on_progress=progress
+                    uri, cast("BinaryIO", sink), chunk_size=options.chunk_size, on_progress=progress
                 )
                 rows = converter.close() if converter is not None else None
                 if received is not None:
@@ -298,7 +315,7 @@ class ExecutionDownload:
                 raise
             if sink.md5 is not None:
                 md5_hex: str | None = sink.md5.hexdigest()
-            elif self.etag_is_md5 and md5_etag(result.etag) is not None:
+            elif options.etag_is_md5 and md5_etag(result.etag) is not None:
                 out.open().flush()
                 md5_hex = local_md5(local_path(out.temp))
             else:
@@ -342,7 +359,7 @@ class ExecutionDownload:
             target,
             {
                 "execution_id": execution_id,
-                "export_type": export_type,
+                "export_type": job.export_type,
                 "format": self.format,
                 "bytes": sink.count,
                 "sha256": sha256,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import queue
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 
@@ -53,16 +53,27 @@ class BytePipe(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def put(self, data: bytes | BaseException | None) -> None:
-        """Queue a chunk (blocking while the queue is full); raise if the reader has failed."""
-        while not self._detached:
-            if self.reader_error is not None:
-                raise RuntimeError(f"{self._what} failed: {self.reader_error}") from self.reader_error
+    def _enqueue(self, item: bytes | BaseException | None, given_up: Callable[[], bool]) -> None:
+        """Queue ``item``, waiting in short slices while the queue is full, so that the reader going
+        away (``given_up()``) is noticed instead of blocking forever."""
+        while not given_up():
             try:
-                self._queue.put(data, timeout=0.2)
+                self._queue.put(item, timeout=0.2)
                 return
             except queue.Full:
                 continue
+
+    def _reader_gone(self) -> bool:
+        """Detached: drop the chunk. Failed: tell the writer."""
+        if self._detached:
+            return True
+        if self.reader_error is not None:
+            raise RuntimeError(f"{self._what} failed: {self.reader_error}") from self.reader_error
+        return False
+
+    def put(self, data: bytes | BaseException | None) -> None:
+        """Queue a chunk (blocking while the queue is full); raise if the reader has failed."""
+        self._enqueue(data, self._reader_gone)
 
     def finish(self) -> None:
         """Mark the end of the stream."""
@@ -71,12 +82,7 @@ class BytePipe(io.RawIOBase):
     def fail(self, error: BaseException) -> None:
         """End the stream with the producer's error; never raises, nor blocks once the reader is gone."""
         with contextlib.suppress(Exception):
-            while not self._detached and self.reader_error is None:
-                try:
-                    self._queue.put(error, timeout=0.2)
-                    return
-                except queue.Full:
-                    continue
+            self._enqueue(error, lambda: self._detached or self.reader_error is not None)
 
     def detach(self) -> None:
         """The reader is done: drop every later chunk, release a writer blocked on a full queue, and

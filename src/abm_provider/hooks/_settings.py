@@ -28,89 +28,65 @@ RENAMED_SETTINGS = {
 }
 
 
-def _bound(
-    label: str, help: str, low: float, high: float = math.inf, *, whole: bool = False
-) -> dict[str, Any]:
-    return {"label": label, "help": help, "low": low, "high": high, "whole": whole}
+def _bound(default: float, low: float, high: float, label: str, help: str) -> Any:
+    """One row of :class:`Limits`: the default and the accepted range (whole numbers when the default is
+    an int), and the connection form's label and help."""
+    whole = isinstance(default, int)
+    return field(
+        default=default, metadata={"label": label, "help": help, "low": low, "high": high, "whole": whole}
+    )
 
 
 @dataclass(frozen=True)
 class Limits:
     """Every bound a hook puts on one call; docs/connection.md documents each one."""
 
-    max_attempts: int = field(
-        default=5,
-        metadata=_bound(
-            "Max attempts", "Attempts per call on 429/423/5xx/lost connections.", 1, 100, whole=True
-        ),
+    max_attempts: int = _bound(
+        5, 1, 100, "Max attempts", "Attempts per call on 429/423/5xx/lost connections."
     )
-    retry_max_wait: float = field(
-        default=60.0,
-        metadata=_bound(
-            "Longest retry wait (s)",
-            "Longest single back-off wait in seconds; a longer Retry-After ends the call.",
-            0,
-            86400,
-        ),
+    retry_max_wait: float = _bound(
+        60.0,
+        0,
+        86400,
+        "Longest retry wait (s)",
+        "Longest single back-off wait in seconds; a longer Retry-After ends the call.",
     )
-    request_timeout: float = field(
-        default=60.0,
-        metadata=_bound(
-            "Request deadline (s)",
-            "Total deadline of one API attempt in seconds: connect, headers and body together.",
-            0.01,
-            86400,
-        ),
+    request_timeout: float = _bound(
+        60.0,
+        0.01,
+        86400,
+        "Request deadline (s)",
+        "Total deadline of one API attempt in seconds: connect, headers and body together.",
     )
-    download_timeout: float = field(
-        default=3600.0,
-        metadata=_bound(
-            "Download deadline (s)",
-            "Total deadline of one download attempt in seconds (a stalled read ends at request_timeout).",
-            0.01,
-            7 * 86400,
-        ),
+    download_timeout: float = _bound(
+        3600.0,
+        0.01,
+        7 * 86400,
+        "Download deadline (s)",
+        "Total deadline of one download attempt in seconds (a stalled read ends at request_timeout).",
     )
-    max_pages: int = field(
-        default=1000,
-        metadata=_bound("Max pages per listing", "Pages one listing may read.", 1, 10**6, whole=True),
+    max_pages: int = _bound(1000, 1, 10**6, "Max pages per listing", "Pages one listing may read.")
+    page_cursor_memory: int = _bound(
+        1000,
+        1,
+        10**6,
+        "Page cursors remembered",
+        "Recent page tokens (cursors) the loop guard remembers to catch a listing that loops.",
     )
-    page_cursor_memory: int = field(
-        default=1000,
-        metadata=_bound(
-            "Page cursors remembered",
-            "Recent page tokens (cursors) the loop guard remembers to catch a listing that loops.",
-            1,
-            10**6,
-            whole=True,
-        ),
+    max_error_bytes: int = _bound(
+        64 << 10,
+        0,
+        64 << 10,
+        "Error body bytes read",
+        "Bytes of an error body read; the rest is discarded unread.",
     )
-    max_error_bytes: int = field(
-        default=64 << 10,
-        metadata=_bound(
-            "Error body bytes read",
-            "Bytes of an error body read; the rest is discarded unread.",
-            0,
-            64 << 10,
-            whole=True,
-        ),
+    max_response_bytes: int = _bound(
+        32 << 20, 1024, 1 << 30, "Largest answer (bytes)", "Largest JSON answer read, in bytes."
     )
-    max_response_bytes: int = field(
-        default=32 << 20,
-        metadata=_bound(
-            "Largest answer (bytes)", "Largest JSON answer read, in bytes.", 1024, 1 << 30, whole=True
-        ),
+    max_json_depth: int = _bound(
+        32, 2, 500, "Deepest JSON nesting", "Deepest JSON nesting accepted in an answer."
     )
-    max_json_depth: int = field(
-        default=32,
-        metadata=_bound(
-            "Deepest JSON nesting", "Deepest JSON nesting accepted in an answer.", 2, 500, whole=True
-        ),
-    )
-    max_redirects: int = field(
-        default=5,
-        metadata=_bound("Download redirects", "Redirect hops a download follows.", 0, 20, whole=True),
-    )
+    max_redirects: int = _bound(5, 0, 20, "Download redirects", "Redirect hops a download follows.")
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -164,19 +140,64 @@ def _number(value: Any, name: str, where: str, *, low: float, high: float, whole
     return int(number) if whole else number
 
 
-def task_settings(
-    hook_params: Mapping[str, Any],
-    max_attempts: int | None,
-    retry_max_wait: float | None,
-    request_timeout: float | None,
-) -> dict[str, Any]:
-    """The settings a task (operator, sensor or trigger) gives its hook: the named ones win."""
-    named = {
-        "max_attempts": max_attempts,
-        "retry_max_wait": retry_max_wait,
-        "request_timeout": request_timeout,
-    }
-    return {**hook_params, **named}
+#: The request settings a task names besides its connection, in ``set_hook_settings``'s order.
+TASK_SETTINGS = ("max_attempts", "retry_max_wait", "request_timeout", "hook_params")
+
+
+class TaskSettings:
+    """The connection and request settings of a task (operator, sensor or trigger), one name each.
+
+    :param abm_conn_id: connection of type ``abm``.
+    :param max_attempts: attempts per request on 429/5xx/connection errors (connection default if None).
+    :param retry_max_wait: longest single back-off wait in seconds (connection default if None).
+    :param request_timeout: total deadline of one request in seconds (connection default if None).
+    :param hook_params: any other hook setting by name (``max_pages``, ``download_timeout``...).
+    """
+
+    abm_conn_id: str
+    max_attempts: int | None
+    retry_max_wait: float | None
+    request_timeout: float | None
+    hook_params: dict[str, Any]
+
+    def set_hook_settings(
+        self,
+        abm_conn_id: str,
+        max_attempts: int | None,
+        retry_max_wait: float | None,
+        request_timeout: float | None,
+        hook_params: Mapping[str, Any] | None,
+        *,
+        deprecated: Mapping[str, float | None] | None = None,
+    ) -> None:
+        """Keep the settings; ``deprecated`` holds ``retry_max_wait`` under an old name of the task's
+        (``{"max_wait": ...}``): a value there warns and still counts."""
+        for old, value in (deprecated or {}).items():
+            if value is not None:
+                warnings.warn(
+                    f"{type(self).__name__}: {old} is deprecated, use retry_max_wait",
+                    DeprecationWarning,
+                    stacklevel=4,
+                )
+                retry_max_wait = value if retry_max_wait is None else retry_max_wait
+        self.abm_conn_id = abm_conn_id
+        self.max_attempts = max_attempts
+        self.retry_max_wait = retry_max_wait
+        self.request_timeout = request_timeout
+        self.hook_params = dict(hook_params or {})
+
+    def hook_settings(self) -> dict[str, Any]:
+        """The settings under their argument names, as a trigger takes and serializes them."""
+        return {name: getattr(self, name) for name in ("abm_conn_id", *TASK_SETTINGS)}
+
+    def hook_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of the task's hook: ``hook_params``, with the named settings winning."""
+        named = {
+            "max_attempts": self.max_attempts,
+            "retry_max_wait": self.retry_max_wait,
+            "request_timeout": self.request_timeout,
+        }
+        return {**self.hook_params, **named}
 
 
 def renamed(given: Mapping[str, Any], owner: str) -> dict[str, Any]:

@@ -9,26 +9,21 @@ settings have one name each across the hook, the operators, the sensor and the c
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator
 
+from abm_provider.accounts.validation import KNOWN_CRM_TYPES, check_batch_size, normalise_column_map
+from abm_provider.common.concurrency import check_in_flight
 from abm_provider.compat import AirflowFailException
-from abm_provider.hooks._settings import task_settings
+from abm_provider.hooks._settings import TaskSettings
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from abm_provider.hooks.abm import AbmHook
-
-
-#: How the UI renders the templated source of the account-list operators.
-ACCOUNT_SOURCE_RENDERERS: dict[str, str] = {"sql": "sql", "parameters": "json", "column_map": "json"}
-#: The account-list membership operators' colour in the UI.
-ACCOUNT_LISTS_COLOR = "#fce8e6"
 
 
 def check_id(value: Any, name: str) -> None:
@@ -67,6 +62,33 @@ def check_positive(value: float, name: str) -> None:
         raise ValueError(f"{name} must be positive")
 
 
+def check_known(check: Callable[[Any, str], object], value: Any, name: str) -> None:
+    """Run a check at DAG parse time when the value is already known; a template or an XComArg is
+    checked in execute, once rendered (:func:`fail_on_bad_argument`)."""
+    if not is_deferred(value):
+        check(value, name)
+
+
+def check_account_arguments(
+    list_id: Any,
+    column_map: Any,
+    default_crm_type: str | None,
+    batch_size: int,
+    max_in_flight: int,
+    progress_interval: float,
+) -> None:
+    """The checks every account-list membership operator (add, remove, sync) makes of its rows'
+    arguments: the list, how rows read, and how they are sent."""
+    check_batch_size(batch_size)
+    check_in_flight(max_in_flight)
+    check_positive(progress_interval, "progress_interval")
+    if column_map is not None and isinstance(column_map, Mapping):
+        normalise_column_map(column_map)
+    if default_crm_type is not None:
+        check_choice(default_crm_type, "default_crm_type", sorted(KNOWN_CRM_TYPES))
+    check_known(check_id, list_id, "list_id")
+
+
 def fail_on_bad_argument(check: Callable[[Any, str], object], value: Any, name: str) -> None:
     """Run a parse-time check at execute time, where a rendered value is final: no retry can fix it."""
     try:
@@ -87,54 +109,15 @@ def is_deferred(value: Any) -> bool:
     return (isinstance(value, str) and "{{" in value) or is_xcom_arg(value)
 
 
-class AbmHookSettings:
-    """The connection and request settings of an ABM task, and the hook made from them.
-
-    :param abm_conn_id: connection of type ``abm``.
-    :param max_attempts: attempts per request on 429/5xx/connection errors (connection default if None).
-    :param retry_max_wait: longest single back-off wait in seconds (connection default if None).
-    :param request_timeout: total deadline of one request in seconds (connection default if None).
-    :param hook_params: any other hook setting by name (``max_pages``, ``download_timeout``...).
-    """
-
-    abm_conn_id: str
-    max_attempts: int | None
-    retry_max_wait: float | None
-    request_timeout: float | None
-    hook_params: dict[str, Any]
-
-    def set_hook_settings(
-        self,
-        abm_conn_id: str,
-        max_attempts: int | None,
-        retry_max_wait: float | None,
-        request_timeout: float | None,
-        hook_params: dict[str, Any] | None,
-        **deprecated: float | None,
-    ) -> None:
-        """Keep the settings; a value under a deprecated name (``max_wait=...``) warns and still counts."""
-        for old, value in deprecated.items():
-            if value is not None:
-                warnings.warn(
-                    f"{type(self).__name__}: {old} is deprecated, use retry_max_wait",
-                    DeprecationWarning,
-                    stacklevel=4,
-                )
-                retry_max_wait = value if retry_max_wait is None else retry_max_wait
-        self.abm_conn_id = abm_conn_id
-        self.max_attempts = max_attempts
-        self.retry_max_wait = retry_max_wait
-        self.request_timeout = request_timeout
-        self.hook_params = dict(hook_params or {})
+class AbmHookSettings(TaskSettings):
+    """The connection and request settings of an ABM task (:class:`TaskSettings`), and the hook made
+    from them."""
 
     def get_hook(self) -> AbmHook:
         """A new hook with this task's settings (one per thread where requests run side by side)."""
         from abm_provider.hooks.abm import AbmHook
 
-        settings = task_settings(
-            self.hook_params, self.max_attempts, self.retry_max_wait, self.request_timeout
-        )
-        return AbmHook(self.abm_conn_id, **settings)
+        return AbmHook(self.abm_conn_id, **self.hook_kwargs())
 
     @cached_property
     def hook(self) -> AbmHook:
@@ -161,7 +144,12 @@ class AbmBaseOperator(AbmHookSettings, BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.set_hook_settings(
-            abm_conn_id, max_attempts, retry_max_wait, request_timeout, hook_params, max_wait=max_wait
+            abm_conn_id,
+            max_attempts,
+            retry_max_wait,
+            request_timeout,
+            hook_params,
+            deprecated={"max_wait": max_wait},
         )
 
     @staticmethod
@@ -177,3 +165,16 @@ def fail_if_final(err: Exception, what: str) -> None:
     """Raise ``AirflowFailException`` for an error no task retry can fix (409, 400, 401, 404...)."""
     if getattr(err, "http_status", None) is not None and not getattr(err, "transient", True):
         raise AirflowFailException(f"{what}: {err}") from err
+
+
+class AccountSourceOperator(AbmBaseOperator):
+    """Base of the operators that send a list the accounts of a source (add, remove, sync): ``.sql``
+    files are templates, and the UI renders the source's query and values and shows them in one colour."""
+
+    template_ext: Sequence[str] = (".sql",)
+    template_fields_renderers: ClassVar[dict[str, str]] = {
+        "sql": "sql",
+        "parameters": "json",
+        "column_map": "json",
+    }
+    ui_color = "#fce8e6"

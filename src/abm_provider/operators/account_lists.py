@@ -11,7 +11,7 @@ lives in :mod:`abm_provider.accounts.membership`; the classes here are arguments
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from airflow.sdk import ObjectStoragePath
@@ -21,28 +21,21 @@ from abm_provider.accounts.membership import (
     MembershipRun,
     MembershipSettings,
     OnLimit,
-    account_source,
-    check_one_source,
+    SourceArgs,
 )
 from abm_provider.accounts.sources import AccountSource, detect_file_format
-from abm_provider.accounts.validation import (
-    KNOWN_CRM_TYPES,
-    MAX_BATCH_SIZE,
-    check_batch_size,
-    normalise_column_map,
-)
-from abm_provider.common.concurrency import check_in_flight
+from abm_provider.accounts.validation import MAX_BATCH_SIZE
 from abm_provider.common.paths import as_storage_path
 from abm_provider.common.rejects import Limit, check_limit, task_rejects_location
 from abm_provider.compat import AirflowFailException
 from abm_provider.exceptions import AbmApiError
 from abm_provider.operators._base import (
-    ACCOUNT_LISTS_COLOR,
-    ACCOUNT_SOURCE_RENDERERS,
     AbmBaseOperator,
+    AccountSourceOperator,
+    check_account_arguments,
     check_choice,
     check_id,
-    check_positive,
+    check_known,
     check_text,
     fail_if_final,
     fail_on_bad_argument,
@@ -66,17 +59,57 @@ __all__ = [
 ]
 
 
-def _raise_conflict(err: AbmApiError) -> None:
-    """``if_exists="fail"`` met an existing resource: no task retry can change that."""
-    if err.http_status == 409:
-        raise AirflowFailException(str(err)) from err
-
-
 def _check_folder_access(value: Any, name: str = "folder_access") -> None:
     check_choice(value, name, _FOLDER_ACCESS)
 
 
-class CreateAccountListFolderOperator(AbmBaseOperator):
+Check = Callable[[Any, str], object]
+
+
+class _CreateOrReuseOperator(AbmBaseOperator):
+    """An operator whose work is one of the hook's create-or-reuse calls: ``if_exists`` and the
+    named arguments' checks (at parse time when known, and once rendered), a conflict or an error no
+    retry can fix failing the task, and the resource's ``<kind>Id`` pushed under ``<kind>_id``."""
+
+    #: The resource: ``folder`` or ``list``.
+    kind: ClassVar[str]
+    #: Each argument's check, by name: run when the operator is made and again once it is rendered.
+    argument_checks: ClassVar[tuple[tuple[str, Check], ...]]
+
+    def __init__(self, *, if_exists: IfExists = "reuse", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        check_choice(if_exists, "if_exists", _IF_EXISTS)
+        self.if_exists = if_exists
+
+    def check_arguments(self) -> None:
+        """The checks of the values already known, at DAG parse time."""
+        for name, check in self.argument_checks:
+            check_known(check, getattr(self, name), name)
+
+    def create_or_reuse(self) -> dict[str, Any]:
+        """The hook's call, with the rendered arguments."""
+        raise NotImplementedError
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Check the rendered arguments, then the hook's create-or-reuse with this task's policy."""
+        for name, check in self.argument_checks:
+            fail_on_bad_argument(check, getattr(self, name), name)
+        try:
+            found = self.create_or_reuse()
+        except AbmApiError as err:
+            if err.http_status == 409:  # if_exists="fail" met an existing one: no retry changes that
+                raise AirflowFailException(str(err)) from err
+            fail_if_final(err, self.describe())
+            raise
+        self.push(context, **{f"{self.kind}_id": found[f"{self.kind}Id"]})
+        return found
+
+    def describe(self) -> str:
+        """The resource, as error messages name it."""
+        raise NotImplementedError
+
+
+class CreateAccountListFolderOperator(_CreateOrReuseOperator):
     """Create an account-list folder, or reuse the one of that name; XCom is the folder resource.
 
     :param folder_name: folder name (templated). Names need not be unique in the service, so with
@@ -90,35 +123,23 @@ class CreateAccountListFolderOperator(AbmBaseOperator):
     """
 
     template_fields: Sequence[str] = ("folder_name", "folder_access")
+    kind = "folder"
+    argument_checks = (("folder_name", check_text), ("folder_access", _check_folder_access))
 
-    def __init__(
-        self, *, folder_name: str, folder_access: str = "PUBLIC", if_exists: IfExists = "reuse", **kwargs: Any
-    ) -> None:
+    def __init__(self, *, folder_name: str, folder_access: str = "PUBLIC", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        check_choice(if_exists, "if_exists", _IF_EXISTS)
-        if not is_deferred(folder_name):
-            check_text(folder_name, "folder_name")
-        if not is_deferred(folder_access):
-            _check_folder_access(folder_access)
         self.folder_name = folder_name
         self.folder_access = folder_access
-        self.if_exists = if_exists
+        self.check_arguments()
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        """The hook's create-or-reuse, with this task's policy."""
-        fail_on_bad_argument(check_text, self.folder_name, "folder_name")
-        fail_on_bad_argument(_check_folder_access, self.folder_access, "folder_access")
-        try:
-            folder = self.hook.ensure_folder(self.folder_name, self.folder_access, self.if_exists)
-        except AbmApiError as err:
-            _raise_conflict(err)
-            fail_if_final(err, f"Folder {self.folder_name!r}")
-            raise
-        self.push(context, folder_id=folder["folderId"])
-        return folder
+    def describe(self) -> str:
+        return f"Folder {self.folder_name!r}"
+
+    def create_or_reuse(self) -> dict[str, Any]:
+        return self.hook.ensure_folder(self.folder_name, self.folder_access, self.if_exists)
 
 
-class CreateAccountListOperator(AbmBaseOperator):
+class CreateAccountListOperator(_CreateOrReuseOperator):
     """Create an account list in a folder, or reuse the list of that name there; XCom is the list.
 
     :param list_name: list name (templated); matched exactly, within ``folder_id`` only.
@@ -130,32 +151,20 @@ class CreateAccountListOperator(AbmBaseOperator):
     """
 
     template_fields: Sequence[str] = ("list_name", "folder_id")
+    kind = "list"
+    argument_checks = (("list_name", check_text), ("folder_id", check_text))
 
-    def __init__(
-        self, *, list_name: str, folder_id: str, if_exists: IfExists = "reuse", **kwargs: Any
-    ) -> None:
+    def __init__(self, *, list_name: str, folder_id: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        check_choice(if_exists, "if_exists", _IF_EXISTS)
-        if not is_deferred(list_name):
-            check_text(list_name, "list_name")
-        if not is_deferred(folder_id):
-            check_text(folder_id, "folder_id")
         self.list_name = list_name
         self.folder_id = folder_id
-        self.if_exists = if_exists
+        self.check_arguments()
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        """The hook's create-or-reuse, within the folder."""
-        fail_on_bad_argument(check_text, self.list_name, "list_name")
-        fail_on_bad_argument(check_text, self.folder_id, "folder_id")
-        try:
-            found = self.hook.ensure_list(self.list_name, self.folder_id, self.if_exists)
-        except AbmApiError as err:
-            _raise_conflict(err)
-            fail_if_final(err, f"List {self.list_name!r} in folder {self.folder_id!r}")
-            raise
-        self.push(context, list_id=found["listId"])
-        return found
+    def describe(self) -> str:
+        return f"List {self.list_name!r} in folder {self.folder_id!r}"
+
+    def create_or_reuse(self) -> dict[str, Any]:
+        return self.hook.ensure_list(self.list_name, self.folder_id, self.if_exists)
 
 
 class _DefaultLimit(int):
@@ -175,7 +184,7 @@ def _fraction_alias(value: Any) -> float | None:
     return None if value == 1 else float(value)
 
 
-class _ListMembershipOperator(AbmBaseOperator):
+class _ListMembershipOperator(AccountSourceOperator):
     """The arguments and checks the add and remove operators share; the run is
     :class:`~abm_provider.accounts.membership.MembershipRun`."""
 
@@ -191,9 +200,6 @@ class _ListMembershipOperator(AbmBaseOperator):
         "rejects_path",
         "rejects_base",
     )
-    template_ext: Sequence[str] = (".sql",)
-    template_fields_renderers: ClassVar[dict[str, str]] = ACCOUNT_SOURCE_RENDERERS
-    ui_color = ACCOUNT_LISTS_COLOR
 
     #: What the run does to the list.
     action: ClassVar[Action]
@@ -224,16 +230,6 @@ class _ListMembershipOperator(AbmBaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        check_one_source(
-            type(self).__name__,
-            accounts=accounts,
-            accounts_path=accounts_path,
-            file_format=file_format,
-            sql=sql,
-            sql_conn_id=sql_conn_id,
-            parameters=parameters,
-        )
-        check_batch_size(batch_size)
         if max_rejected_fraction is not None:
             if max_rejected is not _DEFAULT_MAX_REJECTED and max_rejected is not None:
                 raise ValueError(
@@ -250,20 +246,15 @@ class _ListMembershipOperator(AbmBaseOperator):
                 "on_limit is deprecated: a passed limit always fails the task; "
                 "use max_rejected=None / max_not_found=None for no limit"
             )
-        if default_crm_type is not None:
-            check_choice(default_crm_type, "default_crm_type", sorted(KNOWN_CRM_TYPES))
         if rejects_path is not None and rejects_base is not None:
             raise ValueError("give rejects_path (a file) or rejects_base (a folder), not both")
-        check_positive(progress_interval, "progress_interval")
-        check_in_flight(max_in_flight)
-        if column_map is not None and isinstance(column_map, Mapping):
-            normalise_column_map(column_map)
+        check_account_arguments(
+            list_id, column_map, default_crm_type, batch_size, max_in_flight, progress_interval
+        )
         if file_format is not None and not is_deferred(str(file_format)):
             detect_file_format("", file_format)
         elif accounts_path is not None and file_format is None and not is_deferred(str(accounts_path)):
             detect_file_format(str(accounts_path))
-        if not is_deferred(list_id):
-            check_id(list_id, "list_id")
         self.list_id = list_id
         self.accounts = accounts
         self.accounts_path = accounts_path
@@ -283,6 +274,8 @@ class _ListMembershipOperator(AbmBaseOperator):
         self.rejects_base = rejects_base
         self.progress_interval = progress_interval
         self.max_in_flight = max_in_flight
+        # The source as one (exactly one given, and only the arguments it uses).
+        SourceArgs.of(self).check(type(self).__name__)
         # accounts is deliberately not a template field: rendering would run every account name
         # through Jinja (slow, and a name containing "{{" would be altered) and copy the whole list.
         # An XComArg still becomes an upstream dependency and is resolved in execute.
@@ -303,16 +296,7 @@ class _ListMembershipOperator(AbmBaseOperator):
             accounts = accounts.resolve(context)
             if accounts is None:
                 raise AirflowFailException("accounts resolved to None (the upstream XCom is empty)")
-        return account_source(
-            accounts=accounts,
-            accounts_path=self.accounts_path,
-            file_format=self.file_format,
-            sql=self.sql,
-            sql_conn_id=self.sql_conn_id,
-            parameters=self.parameters,
-            sql_hook_params=self.sql_hook_params,
-            batch_size=self.batch_size,
-        )
+        return SourceArgs.of(self, accounts=accounts).open()
 
     def rejects_target(self, context: Context) -> ObjectStoragePath:
         """The rejects file: ``rejects_path`` as given, else keyed by dag/run/task/try under a base."""
@@ -323,20 +307,7 @@ class _ListMembershipOperator(AbmBaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         """Check the rendered arguments, then the membership run; XCom is its summary."""
         fail_on_bad_argument(check_id, self.list_id, "list_id")
-        settings = MembershipSettings(
-            action=self.action,
-            list_id=self.list_id,
-            column_map=self.column_map,
-            default_crm_type=self.default_crm_type,
-            default_crm_org_id=self.default_crm_org_id,
-            batch_size=self.batch_size,
-            max_rejected=self.max_rejected,
-            max_not_found=self.max_not_found,
-            on_limit=self.on_limit,
-            progress_interval=self.progress_interval,
-            max_in_flight=self.max_in_flight,
-        )
-        run = MembershipRun(settings, self.get_hook, self.log)
+        run = MembershipRun(MembershipSettings.of(self), self.get_hook, self.log)
         source = self.build_source(context)
         try:
             result = run.run(source, self.rejects_target(context))

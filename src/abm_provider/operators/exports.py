@@ -20,13 +20,19 @@ from typing import TYPE_CHECKING, Any, Literal
 from airflow.sdk import ObjectStoragePath
 
 from abm_provider.compat import AirflowFailException
-from abm_provider.exports.download import DownloadIfExists, ExecutionDownload, execution_inputs
+from abm_provider.exports.download import (
+    DownloadIfExists,
+    DownloadOptions,
+    ExecutionDownload,
+    execution_inputs,
+)
 from abm_provider.exports.schedule import InvalidScheduleError, validate_schedule
 from abm_provider.hooks._urls import check_url
 from abm_provider.operators._base import (
     AbmBaseOperator,
     check_choice,
     check_id,
+    check_known,
     check_positive,
     fail_if_final,
     fail_on_bad_argument,
@@ -65,8 +71,7 @@ class CreateExportJobOperator(AbmBaseOperator):
         super().__init__(**kwargs)
         check_choice(if_exists, "if_exists", ("ignore", "fail"))
         # Fail at DAG parse time when the values are already known; templated ones are checked in execute.
-        if not is_deferred(export_type):
-            check_id(export_type, "export_type")
+        check_known(check_id, export_type, "export_type")
         if not is_deferred(schedule):
             validate_schedule(schedule)
         self.export_type = export_type
@@ -195,16 +200,9 @@ class DownloadExecutionCsvOperator(AbmBaseOperator):
     # -- inputs ----------------------------------------------------------------------------------
 
     def _download(self) -> ExecutionDownload:
+        """The download with this task's (rendered) options, one attribute of the same name each."""
         return ExecutionDownload(
-            log=self.log,
-            destination=self.destination,
-            base=self.base,
-            to_parquet=self.to_parquet,
-            if_exists=self.if_exists,
-            etag_is_md5=self.etag_is_md5,
-            chunk_size=self.chunk_size,
-            progress_interval=self.progress_interval,
-            dag_id=self.dag_id if self.has_dag() else None,
+            log=self.log, options=DownloadOptions.of(self), dag_id=self.dag_id if self.has_dag() else None
         )
 
     def target(self, context: Context, execution_id: str | None, uri: str) -> ObjectStoragePath:

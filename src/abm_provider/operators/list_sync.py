@@ -8,40 +8,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from abm_provider.accounts.sources import AccountSource, SqlSource, detect_file_format, open_file_source
 from abm_provider.accounts.sync.engine import ListSync
 from abm_provider.accounts.sync.lock import check_lock_timeout, open_state
 from abm_provider.accounts.sync.options import MODES, Mode, SyncOptions
 from abm_provider.accounts.sync.state import DEFAULT_PREFIX, StateTables
-from abm_provider.accounts.validation import (
-    KNOWN_CRM_TYPES,
-    MAX_BATCH_SIZE,
-    AccountValidator,
-    check_batch_size,
-    normalise_column_map,
-)
+from abm_provider.accounts.validation import MAX_BATCH_SIZE, AccountValidator
 from abm_provider.assets import warehouse_asset
-from abm_provider.common.lineage import table_dataset
+from abm_provider.common.lineage import openlineage, table_input
 from abm_provider.common.rejects import check_limit
 from abm_provider.common.sql import sql_hook
 from abm_provider.compat import AirflowFailException
 from abm_provider.operators._base import (
-    ACCOUNT_LISTS_COLOR,
-    ACCOUNT_SOURCE_RENDERERS,
-    AbmBaseOperator,
+    AccountSourceOperator,
+    check_account_arguments,
     check_choice,
     check_id,
-    check_positive,
+    check_known,
     is_deferred,
 )
 from abm_provider.warehouse.schema import TableName
 
 if TYPE_CHECKING:
     from airflow.sdk import Context, ObjectStoragePath
-
-from abm_provider.common.concurrency import check_in_flight
 
 
 def _as_bool(value: Any, name: str) -> bool:
@@ -58,7 +49,7 @@ def _as_mode(value: Any) -> Mode:
     return value  # type: ignore[no-any-return]
 
 
-class AccountListSyncOperator(AbmBaseOperator):
+class AccountListSyncOperator(AccountSourceOperator):
     """Keep an account list in step with a source: send only what changed since the last run.
 
     The source is one of ``table`` or ``sql`` (over ``sql_conn_id``, any common-sql connection) or
@@ -123,12 +114,9 @@ class AccountListSyncOperator(AbmBaseOperator):
         "default_crm_org_id",
         "lock_timeout",
     )
-    template_ext: Sequence[str] = (".sql",)
     #: The ``dry_run`` argument, under its own name. It hides ``BaseOperator.dry_run()``, the method
     #: behind Airflow 2's ``airflow tasks test --dry-run``; nothing in Airflow 3 calls it.
     dry_run: bool | str  # type: ignore[assignment]
-    template_fields_renderers: ClassVar[dict[str, str]] = ACCOUNT_SOURCE_RENDERERS
-    ui_color = ACCOUNT_LISTS_COLOR
 
     def __init__(
         self,
@@ -174,21 +162,14 @@ class AccountListSyncOperator(AbmBaseOperator):
             TableName.parse(table)
         if not is_deferred(mode):
             _as_mode(mode)
-        if not is_deferred(dry_run):
-            _as_bool(dry_run, "dry_run")
+        check_known(_as_bool, dry_run, "dry_run")
         check_limit(max_rejected, "max_rejected")
         StateTables.named(state_table_prefix, None if is_deferred(state_schema) else state_schema)
-        if column_map is not None and isinstance(column_map, Mapping):
-            normalise_column_map(column_map)
-        if default_crm_type is not None:
-            check_choice(default_crm_type, "default_crm_type", sorted(KNOWN_CRM_TYPES))
-        check_batch_size(batch_size)
-        check_in_flight(max_in_flight)
-        check_positive(progress_interval, "progress_interval")
+        check_account_arguments(
+            list_id, column_map, default_crm_type, batch_size, max_in_flight, progress_interval
+        )
         if not is_deferred(lock_timeout):
             check_lock_timeout(lock_timeout)
-        if not is_deferred(list_id):
-            check_id(list_id, "list_id")
         if table and sql_conn_id and not is_deferred(table) and not is_deferred(sql_conn_id):
             kwargs.setdefault("inlets", [warehouse_asset(sql_conn_id, table)])
         super().__init__(**kwargs)
@@ -220,10 +201,10 @@ class AccountListSyncOperator(AbmBaseOperator):
         if self.accounts_path:
             return open_file_source(self.accounts_path, self.file_format, read_batch_size=self.batch_size)
         assert self.sql_conn_id is not None
-        query = self.sql or f"SELECT * FROM {TableName.parse(str(self.table)).sql}"
         return SqlSource(
-            query,
+            self.sql or None,
             self.sql_conn_id,
+            table=None if self.sql else TableName.parse(str(self.table)),
             parameters=self.parameters if self.sql else None,
             hook_params=self.sql_hook_params,
             fetch_size=self.batch_size,
@@ -301,33 +282,26 @@ class AccountListSyncOperator(AbmBaseOperator):
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Input: the source table or file; output: the account list."""
-        if self._lineage is None:
-            return None
-        try:
-            from airflow.providers.openlineage.extractors import OperatorLineage
-            from openlineage.client.event_v2 import Dataset
-        except ImportError:
+        ol = openlineage()
+        if self._lineage is None or ol is None:
             return None
         inputs = []
         if self.table and self.sql_conn_id:
             with suppress(Exception):
-                namespace, name = table_dataset(
-                    sql_hook(self.sql_conn_id, "sql_conn_id"), TableName.parse(self.table)
-                )
-                inputs.append(Dataset(namespace=namespace, name=name))
+                hook = sql_hook(self.sql_conn_id, "sql_conn_id")
+                inputs.append(table_input(ol, hook, TableName.parse(self.table)))
         elif self.accounts_path:
-            inputs.append(Dataset(namespace="file", name=str(self.accounts_path)))
+            inputs.append(ol.Dataset(namespace="file", name=str(self.accounts_path)))
         elif self.sql and self.sql_conn_id:
-            inputs.extend(_sql_inputs(self.sql, self.sql_conn_id))
+            inputs.extend(_sql_inputs(ol, self.sql, self.sql_conn_id))
         _scheme, host, port = self.hook.settings.origin
-        output = Dataset(namespace=f"abm://{host}:{port}", name=f"accountLists/{self._lineage['list_id']}")
-        return OperatorLineage(inputs=inputs, outputs=[output])
+        output = ol.Dataset(namespace=f"abm://{host}:{port}", name=f"accountLists/{self._lineage['list_id']}")
+        return ol.OperatorLineage(inputs=inputs, outputs=[output])
 
 
-def _sql_inputs(sql: str, conn_id: str) -> list[Any]:
+def _sql_inputs(ol: Any, sql: str, conn_id: str) -> list[Any]:
     """The tables a source query reads, by OpenLineage's SQL parser, when it is installed."""
     try:
-        from openlineage.client.event_v2 import Dataset
         from openlineage_sql import parse
     except ImportError:
         return []
@@ -335,7 +309,5 @@ def _sql_inputs(sql: str, conn_id: str) -> list[Any]:
     with suppress(Exception):
         hook = sql_hook(conn_id, "sql_conn_id")
         for table in parse([sql]).in_tables:
-            name = TableName(table.schema or None, table.name)
-            namespace, qualified = table_dataset(hook, name)
-            found.append(Dataset(namespace=namespace, name=qualified))
+            found.append(table_input(ol, hook, TableName(table.schema or None, table.name)))
     return found

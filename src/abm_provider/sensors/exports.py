@@ -89,7 +89,7 @@ class ExecutionCompleteSensor(AbmHookSettings, BaseSensorOperator):
             retry_max_wait,
             request_timeout,
             hook_params,
-            request_max_wait=request_max_wait,
+            deprecated={"request_max_wait": request_max_wait},
         )
         if not export_type:
             raise ValueError("export_type is empty")
@@ -153,25 +153,20 @@ class ExecutionCompleteSensor(AbmHookSettings, BaseSensorOperator):
 
     def execute(self, context: Context) -> Any:
         """Poke/reschedule through the base class; deferrable: look once, then defer to the trigger."""
-        started = time.time()
-        # One look reads pages only until the sensor's own timeout, not only between pokes.
-        self._deadline = started + self.timeout
+        # One look reads pages only until the sensor's own timeout, not only between pokes; the
+        # trigger carries the same deadline once deferred.
+        self._deadline = time.time() + self.timeout
         if not self.deferrable:
             return super().execute(context)
         done = self.poke(context)
         if done.is_done:
             return done.xcom_value
-        deadline = started + self.timeout
         trigger = ExecutionCompleteTrigger(
-            abm_conn_id=self.abm_conn_id,
             export_type=self.export_type,
             updated_after=self._cutoff_text(),
             poll_interval=max(self.poke_interval, 1.0),
-            deadline=deadline,
-            max_attempts=self.max_attempts,
-            retry_max_wait=self.retry_max_wait,
-            request_timeout=self.request_timeout,
-            hook_params=self.hook_params,
+            deadline=self._deadline,
+            **self.hook_settings(),
         )
         self.log.info(
             "Deferring until a %s execution completes (deadline in %.0fs)", self.export_type, self.timeout

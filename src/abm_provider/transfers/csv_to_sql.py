@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, ObjectStoragePath
 
 from abm_provider.assets import warehouse_asset
-from abm_provider.common.lineage import table_dataset
+from abm_provider.common.lineage import openlineage, table_dataset
 from abm_provider.common.paths import as_storage_path, is_local, local_path
 from abm_provider.common.rejects import Limit, check_limit, default_rejects_path, task_rejects_location
 from abm_provider.common.sql import sql_hook
 from abm_provider.compat import AirflowFailException
 from abm_provider.exports.archive import file_sha256
-from abm_provider.exports.download import ExecutionDownload, display, execution_inputs
+from abm_provider.exports.download import DownloadOptions, ExecutionDownload, display, execution_inputs
 from abm_provider.exports.selection import parse_timestamp
 from abm_provider.exports.stream import ExportStream
 from abm_provider.hooks._urls import safe_url
@@ -223,8 +223,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         export_type = self.export_type or export_type
         download = ExecutionDownload(
             log=self.log,
-            destination=self.archive,
-            etag_is_md5=self.etag_is_md5,
+            options=DownloadOptions(destination=self.archive, etag_is_md5=self.etag_is_md5),
             dag_id=self.dag_id if self.has_dag() else None,
         )
         hook = AbmHook(self.abm_conn_id)
@@ -398,33 +397,27 @@ class ExecutionCsvToSqlOperator(BaseOperator):
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Input: the CSV file; output: the table, with its schema and the rows written by this load."""
-        if self._lineage is None:
-            return None
-        try:
-            from airflow.providers.openlineage.extractors import OperatorLineage
-            from openlineage.client.event_v2 import Dataset, OutputDataset
-            from openlineage.client.facet_v2 import output_statistics_output_dataset, schema_dataset
-        except ImportError:
+        ol = openlineage()
+        if self._lineage is None or ol is None:
             return None
         info = self._lineage
         table: TableName = info["table"]
         namespace, name = table_dataset(info["hook"], table)
         fields = [
-            schema_dataset.SchemaDatasetFacetFields(name=column, type=kind.sql_type)
+            ol.schema_dataset.SchemaDatasetFacetFields(name=column, type=kind.sql_type)
             for column, kind in info["schema"].columns
         ]
         result = info["result"]
-        output = OutputDataset(
+        statistics = ol.output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
+            rowCount=result.rows_loaded, size=result.bytes
+        )
+        output = ol.OutputDataset(
             namespace=namespace,
             name=name,
-            facets={"schema": schema_dataset.SchemaDatasetFacet(fields=fields)},
-            outputFacets={
-                "outputStatistics": output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
-                    rowCount=result.rows_loaded, size=result.bytes
-                )
-            },
+            facets={"schema": ol.schema_dataset.SchemaDatasetFacet(fields=fields)},
+            outputFacets={"outputStatistics": statistics},
         )
-        return OperatorLineage(inputs=[Dataset(namespace="file", name=info["path"])], outputs=[output])
+        return ol.OperatorLineage(inputs=[ol.Dataset(namespace="file", name=info["path"])], outputs=[output])
 
 
 def _naive_utc(value: Any) -> dt.datetime | None:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from abm_provider.hooks._settings import TASK_SETTINGS, TaskSettings
+
 if TYPE_CHECKING:
     from abm_provider.hooks.abm import AbmAsyncHook
 
@@ -32,7 +34,7 @@ from abm_provider.exports.selection import (
 __all__ = ["ExecutionCompleteTrigger", "ExecutionSelector", "select_execution"]
 
 
-class ExecutionCompleteTrigger(BaseTrigger):
+class ExecutionCompleteTrigger(TaskSettings, BaseTrigger):
     """Poll the executions of one export type until one completes or fails, or the deadline passes.
 
     Yields exactly one event and returns. Its payload has ``status``:
@@ -65,53 +67,43 @@ class ExecutionCompleteTrigger(BaseTrigger):
         updated_after: str | None = None,
         poll_interval: float = 60.0,
         deadline: float | None = None,
-        max_attempts: int | None = None,
-        retry_max_wait: float | None = None,
-        request_timeout: float | None = None,
-        hook_params: dict[str, Any] | None = None,
-        max_wait: float | None = None,
+        **settings: Any,
     ) -> None:
+        """``settings``: ``max_attempts``, ``retry_max_wait``, ``request_timeout`` and ``hook_params``."""
         super().__init__()
         if poll_interval <= 0:
             raise ValueError(f"poll_interval must be positive, got {poll_interval}")
         # Fail at construction (in the worker, before deferring) rather than in the triggerer.
         self._cutoff = parse_timestamp(updated_after)
-        self.abm_conn_id = abm_conn_id
         self.export_type = export_type
         self.updated_after = updated_after
         self.poll_interval = float(poll_interval)
         self.deadline = None if deadline is None else float(deadline)
-        self.max_attempts = max_attempts
-        # max_wait: the name a trigger serialized by the previous release carries.
-        self.retry_max_wait = retry_max_wait if retry_max_wait is not None else max_wait
-        self.request_timeout = request_timeout
-        self.hook_params = dict(hook_params or {})
+        # max_wait: the name a trigger serialized by the previous release carries; no warning, since
+        # the row is not the DAG author's to change.
+        given = dict.fromkeys(TASK_SETTINGS) | settings
+        earlier = given.pop("max_wait", None)
+        if given["retry_max_wait"] is None:
+            given["retry_max_wait"] = earlier
+        self.set_hook_settings(abm_conn_id, **given)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Class path and primitive kwargs only: no key, no hook, no datetime objects."""
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
-                "abm_conn_id": self.abm_conn_id,
                 "export_type": self.export_type,
                 "updated_after": self.updated_after,
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
-                "max_attempts": self.max_attempts,
-                "retry_max_wait": self.retry_max_wait,
-                "request_timeout": self.request_timeout,
-                "hook_params": self.hook_params,
+                **self.hook_settings(),
             },
         )
 
     def _hook(self) -> AbmAsyncHook:
-        from abm_provider.hooks._settings import task_settings
         from abm_provider.hooks.abm import AbmAsyncHook
 
-        settings = task_settings(
-            self.hook_params, self.max_attempts, self.retry_max_wait, self.request_timeout
-        )
-        return AbmAsyncHook(self.abm_conn_id, **settings)
+        return AbmAsyncHook(self.abm_conn_id, **self.hook_kwargs())
 
     async def check_once(self, hook: AbmAsyncHook) -> Verdict:
         """One look at the executions, newest first, reading only as many pages as the answer needs."""

@@ -105,33 +105,26 @@ class ExportSchema:
         return dict(self.columns)
 
 
+#: Columns both export types share: the day, the tactic, and what was delivered.
+_DAY = (("date", Kind.DATE),)
+_TACTIC = (("tactic_id", Kind.TEXT), ("tactic_name", Kind.TEXT))
+_DELIVERY = (("impressions", Kind.COUNT), ("clicks", Kind.COUNT), ("spend", Kind.MONEY))
+
 EXPORT_SCHEMAS: Mapping[str, ExportSchema] = {
     "TACTIC_PERFORMANCE": ExportSchema(
         export_type="TACTIC_PERFORMANCE",
-        columns=(
-            ("date", Kind.DATE),
-            ("campaign_id", Kind.TEXT),
-            ("campaign_name", Kind.TEXT),
-            ("tactic_id", Kind.TEXT),
-            ("tactic_name", Kind.TEXT),
-            ("impressions", Kind.COUNT),
-            ("clicks", Kind.COUNT),
-            ("spend", Kind.MONEY),
-        ),
+        columns=(*_DAY, ("campaign_id", Kind.TEXT), ("campaign_name", Kind.TEXT), *_TACTIC, *_DELIVERY),
         natural_key=("date", "tactic_id"),
     ),
     "DISPLAY_TACTIC_ACCOUNT_PERFORMANCE": ExportSchema(
         export_type="DISPLAY_TACTIC_ACCOUNT_PERFORMANCE",
         columns=(
-            ("date", Kind.DATE),
-            ("tactic_id", Kind.TEXT),
-            ("tactic_name", Kind.TEXT),
+            *_DAY,
+            *_TACTIC,
             ("account_id", Kind.TEXT),
             ("account_name", Kind.TEXT),
             ("crm_org_id", Kind.TEXT),
-            ("impressions", Kind.COUNT),
-            ("clicks", Kind.COUNT),
-            ("spend", Kind.MONEY),
+            *_DELIVERY,
             ("page_views", Kind.COUNT),
             ("engaged_visitors", Kind.COUNT),
         ),
@@ -159,8 +152,9 @@ def check_identifier(name: str, what: str) -> str:
 def quote(name: str) -> str:
     """Quote an identifier already checked by :func:`check_identifier`, in standard SQL's ``"``.
 
-    The loader quotes through its dialect (:meth:`abm_provider.warehouse.dialects.base.Dialect.quote`);
-    this and :attr:`TableName.sql` serve the list sync's state tables until they ask a dialect too.
+    The loader and the list sync's state tables quote through their dialect
+    (:meth:`abm_provider.warehouse.dialects.base.Dialect.quote`); this and :attr:`TableName.sql`
+    serve what has no connection to ask.
     """
     return f'"{name}"'
 

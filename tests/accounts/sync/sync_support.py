@@ -1,12 +1,12 @@
-"""Support of the list-sync tests: a warehouse on DuckDB or PostgreSQL, read with its own driver.
+"""Support of the list-sync tests: a warehouse on DuckDB, PostgreSQL or MariaDB, read with its own driver.
 
 A module of its own (not ``conftest``) so the tests import it by a name no other test folder uses;
 tests outside this folder (the concurrency tests in ``tests/reliability``) import it as
 ``accounts.sync.sync_support``. It also holds the helpers that build a list, run a sync and read the result.
 
-Each test gets its own DuckDB file or its own PostgreSQL schema, reached through the Airflow connection
-``abm_warehouse`` set in the environment, and a ``Warehouse`` that reads and writes it with the
-database's own driver (never through the code under test).
+Each test gets its own DuckDB file, its own PostgreSQL schema or its own MariaDB database, reached
+through the Airflow connection ``abm_warehouse`` set in the environment, and a ``Warehouse`` that reads
+and writes it with the database's own driver (never through the code under test).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import pytest
 
 from abm_provider.hooks.abm import AbmHook
 from abm_provider.operators.account_lists import AccountListSyncOperator
+from support.warehouses import MARIADB, mysql_conn_env
 
 PG_ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
 PG_DATABASE = "abm_synctest"
@@ -59,6 +60,10 @@ class Warehouse:
             import duckdb
 
             return duckdb.connect(self.location)
+        if self.kind == "mariadb":
+            import MySQLdb
+
+            return MySQLdb.connect(**MARIADB, database=self.location, charset="utf8mb4")
         import psycopg
 
         return psycopg.connect(PG_DSN)
@@ -84,13 +89,17 @@ class Warehouse:
         with closing(self._connect()) as conn:
             cur = conn.cursor()
             cur.execute(f"DROP TABLE IF EXISTS {name}")
-            cur.execute(f"CREATE TABLE {name} ({', '.join(f'{c} VARCHAR' for c in columns)})")
+            text = "VARCHAR(255)" if self.kind == "mariadb" else "VARCHAR"
+            cur.execute(f"CREATE TABLE {name} ({', '.join(f'{c} {text}' for c in columns)})")
             if rows and self.kind == "duckdb":
                 import pyarrow as pa
 
                 data = pa.table({c: [r[i] for r in rows] for i, c in enumerate(columns)})
                 conn.register("rows_in", data)
                 conn.execute(f"INSERT INTO {name} SELECT * FROM rows_in")
+            elif rows and self.kind == "mariadb":
+                marks = ", ".join("%s" for _ in columns)
+                cur.executemany(f"INSERT INTO {name} VALUES ({marks})", [list(r) for r in rows])
             elif rows:
                 with cur.copy(f"COPY {name} ({', '.join(columns)}) FROM STDIN") as copy:
                     for row in rows:
@@ -100,7 +109,13 @@ class Warehouse:
 
 @contextmanager
 def open_warehouse(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Warehouse]:
-    """A fresh DuckDB file or PostgreSQL schema as ``abm_warehouse``; skips when PostgreSQL is down."""
+    """A fresh DuckDB file, PostgreSQL schema or MariaDB database as ``abm_warehouse``; skips when the
+    server is down."""
+    if kind == "mariadb":
+        with _mariadb_database() as database:
+            monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", mysql_conn_env(database))
+            yield Warehouse("mariadb", database, database)
+        return
     if kind == "duckdb":
         path = tmp_path / "warehouse.duckdb"
         monkeypatch.setenv(
@@ -131,11 +146,30 @@ def open_warehouse(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-@pytest.fixture(params=["duckdb", "postgres"])
+@contextmanager
+def _mariadb_database() -> Iterator[str]:
+    """A database of its own on the test MariaDB (``abm_sync_<uuid>``), dropped after; skips when down."""
+    import MySQLdb  # the [mysql] extra: a missing driver is a failed install, not a reason to skip
+
+    try:
+        admin = MySQLdb.connect(**MARIADB)
+    except MySQLdb.OperationalError as exc:
+        pytest.skip(f"MariaDB at 127.0.0.1:3306 (user root, no password) is not reachable: {exc}")
+    name = f"abm_sync_{uuid.uuid4().hex[:12]}"
+    with closing(admin):
+        admin.cursor().execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    try:
+        yield name
+    finally:
+        with closing(MySQLdb.connect(**MARIADB)) as conn:
+            conn.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+@pytest.fixture(params=["duckdb", "postgres", "mariadb"])
 def warehouse(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Warehouse]:
-    """A sync test's warehouse: its own DuckDB file, or its own schema of the test PostgreSQL."""
+    """A sync test's warehouse: its own DuckDB file, schema of the test PostgreSQL, or MariaDB database."""
     with open_warehouse(request.param, tmp_path, monkeypatch) as found:
         yield found
 
@@ -164,8 +198,16 @@ def make_list(name: str = "Targets") -> str:
     return str(hook.ensure_list(name, folder["folderId"])["listId"])
 
 
+def source(warehouse: Warehouse, table: str = "targets") -> dict[str, str]:
+    """The operator's argument that reads ``table`` of the warehouse (quoted as its dialect quotes)."""
+    return {"table": warehouse.name(table)}
+
+
 def operator(warehouse: Warehouse, list_id: str, **kwargs: Any) -> AccountListSyncOperator:
-    kwargs.setdefault("table", warehouse.name("targets"))
+    if "table" in kwargs:
+        kwargs.update(source(warehouse, kwargs.pop("table").removeprefix(f"{warehouse.schema}.")))
+    elif "sql" not in kwargs:
+        kwargs.update(source(warehouse))
     kwargs.setdefault("column_map", COLUMN_MAP)
     return AccountListSyncOperator(
         task_id="sync",

@@ -1,4 +1,4 @@
-"""``StateDatabase``, the list sync's one connection to its state tables, on DuckDB and PostgreSQL.
+"""``StateDatabase``, the list sync's one connection to its state tables, on DuckDB, PostgreSQL and MariaDB.
 
 Each database is reached as a sync reaches it, through the connection's common-sql hook, and what
 one connection committed is read back through a second one. Lock keys are unique per test, so test
@@ -29,6 +29,7 @@ from abm_provider.accounts.sync.database import (
 )
 from abm_provider.accounts.sync.state import StateTables
 from abm_provider.common.sql import sql_hook
+from support.warehouses import MARIADB
 
 _WAIT = 60  # seconds an event may take before the test fails instead of hanging
 
@@ -68,6 +69,8 @@ def target(warehouse: Warehouse) -> Iterator[Target]:
 
 #: For what only PostgreSQL does.
 postgres_only = pytest.mark.parametrize("warehouse", ["postgres"], indirect=True)
+#: For what only MySQL and MariaDB do.
+mariadb_only = pytest.mark.parametrize("warehouse", ["mariadb"], indirect=True)
 
 
 def _key() -> str:
@@ -124,7 +127,7 @@ def test_analyze_commits_and_on_postgresql_refreshes_the_row_estimate(target: Ta
         db.stage(table, ["n"], [(n,) for n in range(500)])
     db.analyze(table)
     assert target.connect().value(f"SELECT COUNT(*) FROM {table}") == 500
-    if db.dialect == "postgres":
+    if db.dialect.name == "postgres":
         assert db.value("SELECT reltuples FROM pg_class WHERE oid = CAST(? AS regclass)", [table]) == 500
 
 
@@ -134,9 +137,9 @@ def test_analyze_commits_and_on_postgresql_refreshes_the_row_estimate(target: Ta
 def test_create_tables_makes_the_state_tables_and_can_run_again(target: Target) -> None:
     db, tables = target.connect(), target.tables()
     for _ in range(2):
-        db.create_tables(tables.create_sql(), tables.lock_key())
+        db.create_tables(tables.create_sql(db.dialect), tables.lock_key())
     for table in (tables.members, tables.plan, tables.rejects, tables.runs):
-        assert db.value(f"SELECT COUNT(*) FROM {table.sql}") == 0
+        assert db.value(f"SELECT COUNT(*) FROM {db.dialect.table_sql(table)}") == 0
 
 
 def test_two_creators_of_the_same_fresh_tables_at_once_both_succeed(target: Target) -> None:
@@ -149,7 +152,7 @@ def test_two_creators_of_the_same_fresh_tables_at_once_both_succeed(target: Targ
         db = target.connect()
         try:
             start.wait()
-            db.create_tables(tables.create_sql(), tables.lock_key())
+            db.create_tables(tables.create_sql(db.dialect), tables.lock_key())
         except BaseException as err:
             errors.append(err)
         finally:
@@ -161,7 +164,8 @@ def test_two_creators_of_the_same_fresh_tables_at_once_both_succeed(target: Targ
     for thread in threads:
         thread.join(_WAIT)
     assert errors == []
-    assert target.connect().value(f"SELECT COUNT(*) FROM {tables.runs.sql}") == 0
+    db = target.connect()
+    assert db.value(f"SELECT COUNT(*) FROM {db.names(tables).runs}") == 0
 
 
 @postgres_only
@@ -175,14 +179,14 @@ def test_on_postgresql_creation_waits_for_another_session_creating_the_same_tabl
     pid = _backend_pid(db)
     with closing(psycopg.connect(PG_DSN)) as other:
         other.execute("SELECT pg_advisory_xact_lock(%s)", [lock_number(key)])
-        creator = threading.Thread(target=db.create_tables, args=(tables.create_sql(), key))
+        creator = threading.Thread(target=db.create_tables, args=(tables.create_sql(db.dialect), key))
         creator.start()
         assert _eventually(lambda: other.execute(waiting, [pid]).fetchone() == (1,))
         assert creator.is_alive()
         other.rollback()  # ends the other session's transaction, and its lock with it
         creator.join(_WAIT)
     assert not creator.is_alive()
-    assert db.value(f"SELECT COUNT(*) FROM {tables.members.sql}") == 0
+    assert db.value(f"SELECT COUNT(*) FROM {db.names(tables).members}") == 0
 
 
 # ---- the sync lock ------------------------------------------------------------------------------
@@ -195,7 +199,7 @@ def test_the_lock_goes_to_one_connection_and_the_other_is_told_which_run_has_it(
     assert holder is not None
     assert holder.run_id == "run_a"
     assert isinstance(holder.since, datetime)
-    assert holder.pid == (_backend_pid(first) if first.dialect == "postgres" else os.getpid())
+    assert holder.pid == (_backend_pid(first) if first.dialect.name == "postgres" else os.getpid())
     assert holder.describe().startswith("run id run_a, started ")
 
     first.unlock(key)
@@ -249,6 +253,27 @@ def test_on_postgresql_a_lock_taken_outside_a_sync_is_reported_without_a_run_id(
         assert (holder.run_id, holder.pid) == (None, other.info.backend_pid)
         assert holder.describe().startswith("run id unknown, started ")
     assert _eventually(lambda: db.try_lock(key, "run_b") is None)  # the other session's end released it
+
+
+@mariadb_only
+def test_on_mariadb_a_lock_another_process_holds_is_refused_naming_its_connection(target: Target) -> None:
+    """``GET_LOCK`` is the server's: a session of another process has it, with no run id to tell."""
+    import MySQLdb
+
+    from abm_provider.warehouse.dialects.mysql import _lock_name
+
+    db, key = target.connect(), _key()
+    with closing(MySQLdb.connect(**MARIADB)) as other:
+        cur = other.cursor()
+        cur.execute("SELECT GET_LOCK(%s, 0), CONNECTION_ID()", [_lock_name(key)])
+        taken, connection = cur.fetchone()
+        assert taken == 1
+        holder = db.try_lock(key, "run_b")
+        assert holder == LockHolder(None, None, connection)
+        assert not database._IN_PROCESS_LOCKS or all(k != key for _, k in database._IN_PROCESS_LOCKS)
+    assert _eventually(lambda: db.try_lock(key, "run_b") is None)  # the other session's end released it
+    db.unlock(key)
+    assert target.connect().try_lock(key, "run_c") is None
 
 
 def test_the_lock_number_of_a_key_never_changes() -> None:

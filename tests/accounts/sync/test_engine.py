@@ -26,6 +26,7 @@ from sync_support import (
     member_ids,
     membership_requests,
     rows_for,
+    source,
     state_ids,
     sync,
 )
@@ -267,7 +268,7 @@ def test_a_sync_killed_mid_send_then_run_again_gives_the_exact_membership(
     args = {
         "run_id": "run_1",
         "list_id": list_id,
-        "table": warehouse.name("targets"),
+        **source(warehouse),
         "sql_conn_id": CONN_ID,
         "state_schema": warehouse.schema,
         "column_map": COLUMN_MAP,

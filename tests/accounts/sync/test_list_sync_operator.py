@@ -62,6 +62,8 @@ def test_a_table_source_is_the_task_s_inlet_so_dags_can_schedule_on_it() -> None
     assert task.inlets == [warehouse_asset("wh", "targets")]
 
 
+# The lineage of a table source (the OpenLineage names of MySQL tables are not asserted yet).
+@pytest.mark.parametrize("warehouse", ["duckdb", "postgres"], indirect=True)
 def test_lineage_names_the_source_table_in_and_the_list_out(abm: Any, warehouse: Warehouse) -> None:
     list_id = make_list()
     warehouse.replace_table("targets", COLUMNS, rows_for(range(2)))

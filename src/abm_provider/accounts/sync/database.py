@@ -1,28 +1,20 @@
-"""One connection to the state warehouse: bind-parameter SQL, transactions, and bulk staging.
+"""One connection to the state warehouse: bind-parameter SQL, transactions, bulk staging and the lock.
 
 The sync writes through one DB-API connection so its temporary source table and its transactions are
-its own. The only per-database code is here: how a transaction opens (DuckDB's Python connection
-commits each statement unless told otherwise), how rows are staged in bulk (DuckDB reads an Arrow
-table, PostgreSQL takes ``COPY``, anything else gets ``executemany`` in chunks), and how a sync
-takes its lock:
-
-- **PostgreSQL**: a session-level advisory lock on a 64-bit hash of the lock's key. It belongs to the
-  connection, so it spans the sync's many transactions, and it dies with the connection: a killed
-  task cannot leave it behind. The holder names its run in its session's ``application_name``, so a
-  refused run can say which run holds it (read back through ``pg_locks`` and ``pg_stat_activity``).
-- **DuckDB**: a database file is opened for writing by one process at a time, so the file itself is
-  the lock between processes (a second opener gets ``IOException: Could not set lock on file``).
-  Connections of one process share the file, so inside a process a lock table kept in memory
-  (:data:`_IN_PROCESS_LOCKS`) stands in.
-- **Anything else**: only that in-process lock; nothing stops a sync in another process.
+its own. What differs between databases (quoting, the bind marker, how a transaction opens, how rows
+are staged in bulk, statistics, and the lock a session keeps) is the warehouse's
+:class:`~abm_provider.warehouse.dialects.base.Dialect`'s, so this module has no branch per database.
+A sync takes its lock where the database has one a session keeps across transactions (PostgreSQL's
+advisory lock, MySQL's ``GET_LOCK``); it dies with the connection, so a killed task cannot leave it
+behind. Where the database does not name the holder's run, or has no such lock (DuckDB, whose file is
+the lock between processes, and any other database), a lock table of this process stands in
+(:data:`_IN_PROCESS_LOCKS`) and names the run.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -34,18 +26,21 @@ from typing import Any
 
 from airflow.providers.common.sql.hooks.sql import DbApiHook
 
-from abm_provider.warehouse import dialect_of
+from abm_provider.accounts.sync.state import StateTables, TableSql
+from abm_provider.warehouse.dialects import Dialect, DialectOptions, dialect_for
+from abm_provider.warehouse.dialects.base import lock_number
+
+__all__ = ["LOCK_POLL_INTERVAL", "LockHolder", "StateDatabase", "StateFileLocked", "lock_number", "wait_for"]
 
 log = logging.getLogger(__name__)
 
 #: Seconds between two tries of a busy lock: a sync runs for seconds to minutes, so once a second is
 #: prompt enough and costs the database nothing.
 LOCK_POLL_INTERVAL = 1.0
-#: The ``application_name`` prefix of a PostgreSQL session that holds a sync lock; the run id follows.
-_APPLICATION_PREFIX = "abm_sync "
-#: PostgreSQL keeps the first 63 bytes of an ``application_name``.
-_APPLICATION_NAME_BYTES = 63
-_DUCKDB_FILE_LOCKED = re.compile(r'Could not set lock on file "(?P<path>[^"]*)".*?\(PID (?P<pid>\d+)\)', re.S)
+#: How a session holding a sync lock is labelled where the database keeps a label; the run id follows.
+_LABEL_PREFIX = "abm_sync "
+#: The state database keeps the warehouse's settings as the connection has them (no memory limit set).
+_STATE_OPTIONS = DialectOptions(duckdb_memory_limit=None)
 
 
 @dataclass(frozen=True)
@@ -105,19 +100,6 @@ def wait_for(attempt: Callable[[], bool], timeout: float) -> bool:
         _pause(min(LOCK_POLL_INTERVAL, left))
 
 
-def lock_number(key: str) -> int:
-    """The signed 64-bit number PostgreSQL's advisory locks take, stable across processes and versions."""
-    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big", signed=True)
-
-
-def _file_locked(err: BaseException) -> StateFileLocked | None:
-    """The DuckDB "file is locked by another process" error as a :class:`StateFileLocked`, else ``None``."""
-    match = _DUCKDB_FILE_LOCKED.search(str(err))
-    if match is None or type(err).__name__ != "IOException":
-        return None
-    return StateFileLocked(match.group("path"), int(match.group("pid")), str(err))
-
-
 def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
@@ -126,40 +108,39 @@ class StateDatabase:
     """The state warehouse, through one connection; ``?`` in SQL text is the bind marker."""
 
     def __init__(self, hook: DbApiHook, *, lock_timeout: float = 0.0) -> None:
-        """Connect; on DuckDB wait up to ``lock_timeout`` seconds for a file another process holds.
+        """Connect; wait up to ``lock_timeout`` seconds for a database file another process holds.
 
-        :raises StateFileLocked: the DuckDB file stayed locked by another process.
+        :raises StateFileLocked: the database file (DuckDB's) stayed locked by another process.
         """
         self.hook = hook
-        self.dialect = dialect_of(hook)
-        self.marker = str(hook.placeholder)
+        self.dialect: Dialect = dialect_for(hook, options=_STATE_OPTIONS, log=log)
+        self.marker = self.dialect.placeholder
         self.conn: Any = self._connect(lock_timeout)
-        self.cur: Any = self.conn.cursor() if self.dialect != "duckdb" else self.conn
+        self.cur: Any = self.dialect.cursor(self.conn)
         self._own_locks: dict[str, LockHolder] = {}
 
     def _connect(self, lock_timeout: float) -> Any:
-        if self.dialect != "duckdb":
-            return self.hook.get_conn()
         opened: list[Any] = []
         refused: list[StateFileLocked] = []
 
         def attempt() -> bool:
             try:
-                opened.append(self.hook.get_conn())
+                opened.append(self.dialect.connect())
                 return True
             except Exception as err:
-                locked = _file_locked(err)
+                locked = self.dialect.file_locked(err)
                 if locked is None:
                     raise
+                path, pid = locked
                 if not refused and lock_timeout > 0:
                     log.info(
                         "The state database file %s is open in another process (PID %s); "
                         "waiting up to %g s for it",
-                        locked.path,
-                        locked.pid,
+                        path,
+                        pid,
                         lock_timeout,
                     )
-                refused[:] = [locked]
+                refused[:] = [StateFileLocked(path, pid, str(err))]
                 return False
 
         if not wait_for(attempt, lock_timeout):
@@ -175,19 +156,23 @@ class StateDatabase:
         with suppress(Exception):
             self.conn.close()
 
+    def names(self, tables: StateTables) -> TableSql:
+        """The state tables' names as this database's SQL (quoted as its dialect quotes)."""
+        return tables.in_sql(self.dialect)
+
     # ---- locks -----------------------------------------------------------------------------------
 
     def create_tables(self, statements: Sequence[str], key: str) -> None:
         """Run ``CREATE TABLE IF NOT EXISTS`` statements in one transaction, one creator at a time.
 
-        Two sessions creating the same table at once fail even with ``IF NOT EXISTS``: PostgreSQL
-        with a unique violation in its catalog, DuckDB with a write-write conflict. Two syncs of
-        different lists on fresh tables would meet that, so creation takes a transaction-scoped
-        advisory lock on ``key`` on PostgreSQL (and a process-wide lock everywhere).
+        Two sessions creating the same table at once fail even with ``IF NOT EXISTS`` on some
+        databases: PostgreSQL with a unique violation in its catalog, DuckDB with a write-write
+        conflict. Two syncs of different lists on fresh tables would meet that, so creation takes
+        the dialect's transaction-scoped lock on ``key`` (PostgreSQL's, across processes) and a
+        process-wide lock everywhere.
         """
         with _CREATING, self.transaction():
-            if self.dialect == "postgres":
-                self.execute("SELECT pg_advisory_xact_lock(?)", [lock_number(key)])
+            self.dialect.creation_lock(self.cur, key)
             for statement in statements:
                 self.execute(statement)
 
@@ -196,42 +181,34 @@ class StateDatabase:
 
         :return: ``None`` when this connection now holds it, else who holds it.
         """
-        if self.dialect != "postgres":
-            return self._take_in_process(key, run_id)
-        number = lock_number(key)
+        dialect = self.dialect
+        if not dialect.names_lock_holder:
+            # This process's table names the run; it is all there is without a session lock.
+            holder = self._take_in_process(key, run_id)
+            if holder is not None or not dialect.session_locks:
+                return holder
         with self.transaction():
-            if self.value("SELECT pg_try_advisory_lock(?)", [number]):
-                name = (_APPLICATION_PREFIX + run_id).encode()[:_APPLICATION_NAME_BYTES]
-                self.execute(
-                    "SELECT set_config('application_name', ?, false)", [name.decode(errors="ignore")]
-                )
+            if dialect.try_session_lock(self.cur, key, _LABEL_PREFIX + run_id):
                 return None
-            # The lock's 64-bit key is split into two 32-bit halves in pg_locks.
-            found = self.rows(
-                "SELECT a.application_name, a.backend_start, l.pid FROM pg_locks l "
-                "LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
-                "AND l.granted AND l.objsubid = 1 AND l.classid = CAST(? AS oid) "
-                "AND l.objid = CAST(? AS oid) AND l.database = "
-                "(SELECT oid FROM pg_database WHERE datname = current_database())",
-                [(number >> 32) & 0xFFFFFFFF, number & 0xFFFFFFFF],
-            )
-        if not found:  # released between the two statements: the next try takes it
+            found = dialect.session_lock_holder(self.cur, key)
+        self._release_in_process(key)
+        if found is None:  # released between the two statements: the next try takes it
             return LockHolder(None, None, None)
-        application, since, pid = found[0]
-        application = str(application or "")
-        run = application[len(_APPLICATION_PREFIX) :] if application.startswith(_APPLICATION_PREFIX) else None
-        return LockHolder(run or None, since, int(pid) if pid is not None else None)
+        label, since, pid = found
+        run = label[len(_LABEL_PREFIX) :] if label and label.startswith(_LABEL_PREFIX) else None
+        return LockHolder(run or None, since, pid)
 
     def unlock(self, key: str) -> None:
         """Release the sync lock ``key``; when that fails, close the connection, which releases it too."""
-        if self.dialect != "postgres":
-            self._release_in_process(key)
+        mine = key in self._own_locks or self.dialect.names_lock_holder
+        self._release_in_process(key)
+        if not (mine and self.dialect.session_locks):
             return
         try:
             with suppress(Exception):
                 self.conn.rollback()  # a failed statement may have left the transaction aborted
             with self.transaction():
-                self.execute("SELECT pg_advisory_unlock(?)", [lock_number(key)])
+                self.dialect.release_session_lock(self.cur, key)
         except Exception as err:
             log.warning("Could not release the sync lock (%s); closing the connection releases it", err)
             self.close()
@@ -239,12 +216,7 @@ class StateDatabase:
     @cached_property
     def _identity(self) -> str:
         """The database this connection writes, as the in-process lock table knows it."""
-        if self.dialect == "duckdb":
-            path = self.value("SELECT path FROM duckdb_databases() WHERE database_name = current_database()")
-            # An in-memory database belongs to its connection alone.
-            return f"duckdb:{os.path.realpath(path)}" if path else f"duckdb-memory:{id(self.conn)}"
-        conn_id = getattr(self.hook, str(getattr(self.hook, "conn_name_attr", "")), None)
-        return f"{self.dialect}:{type(self.hook).__name__}:{conn_id}"
+        return self.dialect.identity(self.conn)
 
     def _take_in_process(self, key: str, run_id: str) -> LockHolder | None:
         """Take ``key`` in this process's lock table: ``None`` when taken, else who has it."""
@@ -291,21 +263,19 @@ class StateDatabase:
         return found[0][0] if found else None
 
     def analyze(self, *tables: str) -> None:
-        """Refresh PostgreSQL's statistics of tables just filled in bulk.
+        """Refresh the planner's statistics of tables just filled in bulk, where the database keeps them.
 
-        Without it, the planner still believes a freshly filled plan table is empty and scans all of
-        it for every batch recorded.
+        Without it, PostgreSQL's planner still believes a freshly filled plan table is empty and scans
+        all of it for every batch recorded.
         """
-        if self.dialect == "postgres":
+        with self.transaction():
             for table in tables:
-                self.execute(f"ANALYZE {table}")
-            self.conn.commit()
+                self.dialect.analyze(self.cur, table)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
         """Everything inside commits together, or is rolled back when it raises."""
-        if self.dialect == "duckdb":
-            self.conn.execute("BEGIN TRANSACTION")
+        self.dialect.begin_transaction(self.cur)
         try:
             yield
         except BaseException:
@@ -316,23 +286,5 @@ class StateDatabase:
 
     def stage(self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
         """Append rows to ``table`` by the database's bulk path."""
-        if not rows:
-            return
-        names = ", ".join(columns)
-        if self.dialect == "duckdb":
-            import pyarrow as pa
-
-            chunk = pa.table({name: [row[i] for row in rows] for i, name in enumerate(columns)})
-            self.conn.register("abm_sync_chunk", chunk)
-            try:
-                self.conn.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM abm_sync_chunk")
-            finally:
-                self.conn.unregister("abm_sync_chunk")
-            return
-        if self.dialect == "postgres" and hasattr(self.cur, "copy"):  # psycopg 3
-            with self.cur.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
-            return
-        marks = ", ".join("?" for _ in columns)
-        self.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks})", rows)
+        if rows:
+            self.dialect.insert_rows(self.cur, table, columns, rows)

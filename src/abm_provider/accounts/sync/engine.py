@@ -75,7 +75,7 @@ class ListSync:
 
         :raises SyncAlreadyRunning: another sync of the list had the lock for ``lock_timeout``.
         """
-        self.db.create_tables(self.tables.create_sql(), self.tables.lock_key())
+        self.db.create_tables(self.tables.create_sql(self.db.dialect), self.tables.lock_key())
         key = self.tables.lock_key(self.options.list_id)
         options = self.options
         hold_list_lock(self.db, key, options.list_id, options.run_id, options.lock_timeout, self.log)

@@ -1,9 +1,9 @@
 """One sync of a list at a time: the lock's setting, the wait, and what a refused run is told.
 
-The database side of the lock (a PostgreSQL advisory lock, the DuckDB file, an in-process lock) is
-:class:`~abm_provider.accounts.sync.database.StateDatabase`'s; this module decides how long a run waits for it
-(``lock_timeout``) and turns a lock another sync has into :class:`SyncAlreadyRunning`, naming
-the run that has it.
+The database side of the lock (a PostgreSQL advisory lock, MySQL's ``GET_LOCK``, the DuckDB file, an
+in-process lock; each dialect's) is :class:`~abm_provider.accounts.sync.database.StateDatabase`'s;
+this module decides how long a run waits for it (``lock_timeout``) and turns a lock another sync has
+into :class:`SyncAlreadyRunning`, naming the run that has it.
 """
 
 from __future__ import annotations

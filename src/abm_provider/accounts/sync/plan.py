@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from abm_provider.accounts.sync.options import SyncOptions
     from abm_provider.accounts.sync.state import StateTables
     from abm_provider.accounts.validation import AccountValidator
+    from abm_provider.warehouse.dialects import Dialect
 
 #: The temporary table's columns: a valid row has ``reason`` and ``raw`` empty, an invalid one has
 #: the reason it failed and its values as JSON.
@@ -46,13 +47,19 @@ STAGE_COLUMNS = (
     "reason",
     "raw",
 )
-_STAGE_DDL = (
-    "record BIGINT, line BIGINT, account_id VARCHAR(255), crm_org_id VARCHAR(255), "
-    "crm_type VARCHAR(255), account_name VARCHAR(255), row_hash VARCHAR(64) NOT NULL, reason TEXT, "
-    "raw TEXT"
-)
 #: Rows named in an error message or shown in the log per action.
 _SAMPLE = 5
+
+
+def _stage_columns(dialect: Dialect) -> str:
+    """The temporary table's columns, its keys compared exactly as the state tables' are, and where a
+    dialect needs one, the index the removals look members up by."""
+    key, text = dialect.text_sql(255), dialect.text_sql()
+    return (
+        f"record BIGINT, line BIGINT, account_id {key}, crm_org_id {key}, crm_type {key}, "
+        f"account_name {key}, row_hash {dialect.text_sql(64)} NOT NULL, reason {text}, raw {text}"
+        f"{dialect.key_index_sql(['account_id', 'crm_org_id'])}"
+    )
 
 
 def row_hash(text: str) -> str:
@@ -85,13 +92,14 @@ class Planner:
 
     def plan(self, source: AccountSource) -> None:
         """Stage the source, compute the change in SQL, and commit plan, rejects and run row together."""
+        names = self.db.names(self.tables)
         stage = f"abm_sync_source_{uuid.uuid4().hex[:12]}"
-        self.db.execute(f"CREATE TEMPORARY TABLE {stage} ({_STAGE_DDL})")
+        self.db.execute(f"CREATE TEMPORARY TABLE {stage} ({_stage_columns(self.db.dialect)})")
         try:
             source_rows = self._stage(source, stage)
             with self.db.transaction():
                 self._write_plan(stage, source_rows)
-            self.db.analyze(self.tables.plan.sql)
+            self.db.analyze(names.plan)
         finally:
             self.db.execute(f"DROP TABLE IF EXISTS {stage}")
 
@@ -135,27 +143,28 @@ class Planner:
 
     def _write_plan(self, stage: str, source_rows: int) -> None:
         """Replace this run's plan and row with the change between ``stage`` and the members."""
-        tables, options = self.tables, self.options
+        names = self.db.names(self.tables)
+        options = self.options
         run = [options.list_id, options.run_id]
         # Plans of finished runs and dry runs go; a plan left unfinished stays until it is completed.
         self.db.execute(
-            f"DELETE FROM {tables.plan.sql} WHERE list_id = ? AND (run_id = ? OR run_id IN "
-            f"(SELECT run_id FROM {tables.runs.sql} WHERE list_id = ? AND status <> ?))",
+            f"DELETE FROM {names.plan} WHERE list_id = ? AND (run_id = ? OR run_id IN "
+            f"(SELECT run_id FROM {names.runs} WHERE list_id = ? AND status <> ?))",
             [options.list_id, options.run_id, options.list_id, SENDING],
         )
-        self.db.execute(f"DELETE FROM {tables.runs.sql} WHERE list_id = ? AND run_id = ?", run)
+        self.db.execute(f"DELETE FROM {names.runs} WHERE list_id = ? AND run_id = ?", run)
         firsts = (
             "SELECT account_id, crm_org_id, crm_type, account_name, row_hash, ROW_NUMBER() OVER "
             f"(PARTITION BY account_id, crm_org_id ORDER BY record) AS nth FROM {stage} WHERE reason IS NULL"
         )
-        refused = f"SELECT 1 FROM {tables.rejects.sql} r WHERE r.list_id = ? AND r.row_hash = s.row_hash"
+        refused = f"SELECT 1 FROM {names.rejects} r WHERE r.list_id = ? AND r.row_hash = s.row_hash"
         member = (
-            f"SELECT 1 FROM {tables.members.sql} m WHERE m.list_id = ? AND m.account_id = s.account_id "
+            f"SELECT 1 FROM {names.members} m WHERE m.list_id = ? AND m.account_id = s.account_id "
             "AND m.crm_org_id = s.crm_org_id"
         )
         columns = "list_id, run_id, action, seq, account_id, crm_org_id, crm_type, account_name, row_hash"
         self.db.execute(
-            f"INSERT INTO {tables.plan.sql} ({columns}) SELECT ?, ?, 'add', "
+            f"INSERT INTO {names.plan} ({columns}) SELECT ?, ?, 'add', "
             "ROW_NUMBER() OVER (ORDER BY s.account_id, s.crm_org_id), s.account_id, s.crm_org_id, "
             f"s.crm_type, s.account_name, s.row_hash FROM ({firsts}) s "
             f"WHERE s.nth = 1 AND NOT EXISTS ({member}) AND NOT EXISTS ({refused})",
@@ -163,17 +172,16 @@ class Planner:
         )
         if options.mode == "mirror":
             self.db.execute(
-                f"INSERT INTO {tables.plan.sql} ({columns}) SELECT ?, ?, 'remove', "
+                f"INSERT INTO {names.plan} ({columns}) SELECT ?, ?, 'remove', "
                 "ROW_NUMBER() OVER (ORDER BY m.account_id, m.crm_org_id), m.account_id, m.crm_org_id, "
-                f"m.crm_type, m.account_name, m.row_hash FROM {tables.members.sql} m WHERE m.list_id = ? "
+                f"m.crm_type, m.account_name, m.row_hash FROM {names.members} m WHERE m.list_id = ? "
                 f"AND NOT EXISTS (SELECT 1 FROM {stage} s WHERE s.account_id = m.account_id "
                 "AND s.crm_org_id = m.crm_org_id)",
                 [*run, options.list_id],
             )
         counts = dict(
             self.db.rows(
-                f"SELECT action, COUNT(*) FROM {tables.plan.sql} WHERE list_id = ? AND run_id = ? "
-                "GROUP BY action",
+                f"SELECT action, COUNT(*) FROM {names.plan} WHERE list_id = ? AND run_id = ? GROUP BY action",
                 run,
             )
         )
@@ -189,13 +197,13 @@ class Planner:
         now = utc_now()
         if not options.dry_run:
             self.db.execute(
-                f"INSERT INTO {tables.rejects.sql} (list_id, run_id, action, account_id, crm_org_id, "
+                f"INSERT INTO {names.rejects} (list_id, run_id, action, account_id, crm_org_id, "
                 "row_hash, reason, record, line, raw, recorded_at) SELECT ?, ?, 'invalid', s.account_id, "
                 f"s.crm_org_id, s.row_hash, s.reason, s.record, s.line, s.raw, ? {new_invalid}",
                 [*run, now, options.list_id],
             )
         self.db.execute(
-            f"INSERT INTO {tables.runs.sql} (list_id, run_id, mode, status, source_rows, to_add, to_remove, "
+            f"INSERT INTO {names.runs} (list_id, run_id, mode, status, source_rows, to_add, to_remove, "
             "add_done, remove_done, added, removed, duplicates, not_found, rejected, held, started_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, 0, ?, ?, ?)",
             [
@@ -247,6 +255,7 @@ class Planner:
 
     def log_plan(self, summary: Mapping[str, Any]) -> None:
         """Counts and a sample of each action, so a dry run (or a surprise) is readable in the log."""
+        names = self.db.names(self.tables)
         options = self.options
         self.log.info(
             "Plan for list %s (%s%s): %d to add, %d to remove, %d rejected now, %d skipped as refused "
@@ -262,7 +271,7 @@ class Planner:
         )
         for action in ("add", "remove"):
             sample = self.db.rows(
-                f"SELECT account_id, crm_org_id FROM {self.tables.plan.sql} WHERE list_id = ? AND run_id = ? "
+                f"SELECT account_id, crm_org_id FROM {names.plan} WHERE list_id = ? AND run_id = ? "
                 f"AND action = ? ORDER BY seq LIMIT {_SAMPLE}",
                 [options.list_id, options.run_id, action],
             )

@@ -40,7 +40,8 @@ class Recorder:
         ``rows`` are the plan rows sent, ``(account_id, crm_org_id, crm_type, account_name, row_hash)``;
         an account not found becomes a reject of this run, so it is neither a member nor sent again.
         """
-        tables, now = self.tables, utc_now()
+        names = self.db.names(self.tables)
+        now = utc_now()
         by_id: dict[str, list[tuple[Any, ...]]] = {}
         for row in rows:
             by_id.setdefault(row[0], []).append(row)
@@ -54,23 +55,23 @@ class Recorder:
             not_found.append([self.list_id, run_id, "add", account_id, org, values, reason, raw, now])
         with self.db.transaction():
             self.db.executemany(
-                f"INSERT INTO {tables.rejects.sql} (list_id, run_id, action, account_id, crm_org_id, "
+                f"INSERT INTO {names.rejects} (list_id, run_id, action, account_id, crm_org_id, "
                 "row_hash, reason, raw, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 not_found,
             )
             self.db.execute(
-                f"INSERT INTO {tables.members.sql} (list_id, account_id, crm_org_id, crm_type, account_name, "
+                f"INSERT INTO {names.members} (list_id, account_id, crm_org_id, crm_type, account_name, "
                 "row_hash, run_id, synced_at) SELECT p.list_id, p.account_id, p.crm_org_id, p.crm_type, "
-                f"p.account_name, p.row_hash, p.run_id, ? FROM {tables.plan.sql} p WHERE p.list_id = ? "
+                f"p.account_name, p.row_hash, p.run_id, ? FROM {names.plan} p WHERE p.list_id = ? "
                 "AND p.run_id = ? AND p.action = 'add' AND p.seq BETWEEN ? AND ? "
-                f"AND NOT EXISTS (SELECT 1 FROM {tables.members.sql} m WHERE m.list_id = p.list_id "
+                f"AND NOT EXISTS (SELECT 1 FROM {names.members} m WHERE m.list_id = p.list_id "
                 "AND m.account_id = p.account_id AND m.crm_org_id = p.crm_org_id) "
-                f"AND NOT EXISTS (SELECT 1 FROM {tables.rejects.sql} r WHERE r.list_id = p.list_id "
+                f"AND NOT EXISTS (SELECT 1 FROM {names.rejects} r WHERE r.list_id = p.list_id "
                 "AND r.run_id = p.run_id AND r.row_hash = p.row_hash)",
                 [now, self.list_id, run_id, start, end],
             )
             self.db.execute(
-                f"UPDATE {tables.runs.sql} SET add_done = ?, added = added + ?, duplicates = duplicates + ?, "
+                f"UPDATE {names.runs} SET add_done = ?, added = added + ?, duplicates = duplicates + ?, "
                 "not_found = not_found + ? WHERE list_id = ? AND run_id = ?",
                 [end, result.applied, result.duplicates, len(not_found), self.list_id, run_id],
             )
@@ -81,26 +82,31 @@ class Recorder:
         The service's answer to a removal counts the accounts removed in its ``added`` field (the
         field is named for the add call the two share).
         """
-        members = self.tables.members.sql
+        names = self.db.names(self.tables)
+        members = names.members
         with self.db.transaction():
             self.db.execute(
-                f"DELETE FROM {members} WHERE list_id = ? AND EXISTS (SELECT 1 FROM {self.tables.plan.sql} p "
-                f"WHERE p.list_id = {members}.list_id AND p.run_id = ? AND p.action = 'remove' "
-                f"AND p.seq BETWEEN ? AND ? AND p.account_id = {members}.account_id "
-                f"AND p.crm_org_id = {members}.crm_org_id)",
+                self.db.dialect.delete_matching_sql(
+                    members,
+                    f"{members}.list_id = ?",
+                    f"{names.plan} p",
+                    f"p.list_id = {members}.list_id AND p.run_id = ? AND p.action = 'remove' "
+                    f"AND p.seq BETWEEN ? AND ? AND p.account_id = {members}.account_id "
+                    f"AND p.crm_org_id = {members}.crm_org_id",
+                ),
                 [self.list_id, run_id, start, end],
             )
             self.db.execute(
-                f"UPDATE {self.tables.runs.sql} SET remove_done = ?, removed = removed + ? "
+                f"UPDATE {names.runs} SET remove_done = ?, removed = removed + ? "
                 "WHERE list_id = ? AND run_id = ?",
                 [end, result.applied, self.list_id, run_id],
             )
 
     def record_done(self, run_id: str) -> None:
         """Mark the run done: its plan was sent and recorded whole, so no later run completes it."""
+        names = self.db.names(self.tables)
         with self.db.transaction():
             self.db.execute(
-                f"UPDATE {self.tables.runs.sql} SET status = ?, finished_at = ? "
-                "WHERE list_id = ? AND run_id = ?",
+                f"UPDATE {names.runs} SET status = ?, finished_at = ? WHERE list_id = ? AND run_id = ?",
                 [DONE, utc_now(), self.list_id, run_id],
             )

@@ -42,8 +42,9 @@ class PlannedRun:
 
 def unfinished_runs(db: StateDatabase, tables: StateTables, list_id: str) -> list[PlannedRun]:
     """The list's runs whose plan is written and not yet sent whole, oldest first."""
+    names = db.names(tables)
     rows = db.rows(
-        f"SELECT run_id, to_add, to_remove, add_done, remove_done FROM {tables.runs.sql} "
+        f"SELECT run_id, to_add, to_remove, add_done, remove_done FROM {names.runs} "
         "WHERE list_id = ? AND status = ? ORDER BY started_at, run_id",
         [list_id, SENDING],
     )
@@ -77,12 +78,13 @@ class Sender:
 
     def _batches(self, run: PlannedRun, action: str, total: int, done: int) -> Iterator[Batch]:
         """The plan rows after ``done``, ``batch_size`` at a time, read when the sender is ready for them."""
+        names = self.db.names(self.tables)
         size = self.options.batch_size
         for start in range(done + 1, total + 1, size):
             end = min(start + size - 1, total)
             rows = self.db.rows(
                 "SELECT account_id, crm_org_id, crm_type, account_name, row_hash "
-                f"FROM {self.tables.plan.sql} WHERE list_id = ? AND run_id = ? AND action = ? "
+                f"FROM {names.plan} WHERE list_id = ? AND run_id = ? AND action = ? "
                 "AND seq BETWEEN ? AND ? ORDER BY seq",
                 [self.options.list_id, run.run_id, action, start, end],
             )
@@ -96,6 +98,7 @@ class Sender:
         Answers are recorded in plan order whatever order they arrive in, so ``add_done`` or
         ``remove_done`` always marks a prefix of the plan as recorded.
         """
+        names = self.db.names(self.tables)
         if done >= total:
             return
         options = self.options
@@ -120,7 +123,7 @@ class Sender:
                 # Statistics taken while the list was small would have the planner hash all of the
                 # members for every batch recorded; refreshing them as the list doubles keeps each
                 # batch an index lookup at a logarithmic number of ANALYZEs.
-                self.db.analyze(self.tables.members.sql)
+                self.db.analyze(names.members)
             now = time.monotonic()
             if now - last >= options.progress_interval or end == total:
                 last = now

@@ -24,8 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from abm_provider.warehouse.schema import TableName, check_identifier
+
+if TYPE_CHECKING:
+    from abm_provider.warehouse.dialects import Dialect
 
 #: The default name prefix of the state tables.
 DEFAULT_PREFIX = "abm_sync_"
@@ -35,9 +39,20 @@ SENDING = "sending"
 DONE = "done"
 #: Status of a preview: the plan is written, nothing was sent and the membership is unchanged.
 DRY_RUN = "dry_run"
-
-_KEY = "VARCHAR(255) NOT NULL"
-_TEXT = "VARCHAR(255)"
+#: The runs table's count columns, in order.
+_RUN_COUNTS = (
+    "source_rows",
+    "to_add",
+    "to_remove",
+    "add_done",
+    "remove_done",
+    "added",
+    "removed",
+    "duplicates",
+    "not_found",
+    "rejected",
+    "held",
+)
 
 
 def utc_now() -> datetime:
@@ -47,6 +62,16 @@ def utc_now() -> datetime:
     in the session's time zone, so every row is written, and read, as UTC.
     """
     return datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+
+
+@dataclass(frozen=True)
+class TableSql:
+    """The four tables' names as one database's SQL (quoted by its dialect)."""
+
+    members: str
+    plan: str
+    rejects: str
+    runs: str
 
 
 @dataclass(frozen=True)
@@ -70,6 +95,10 @@ class StateTables:
 
         return cls(table("members"), table("plan"), table("rejects"), table("runs"))
 
+    def in_sql(self, dialect: Dialect) -> TableSql:
+        """The tables' names as ``dialect`` writes them in SQL."""
+        return TableSql(*(dialect.table_sql(t) for t in (self.members, self.plan, self.rejects, self.runs)))
+
     def lock_key(self, list_id: str | None = None) -> str:
         """The name of the lock of one list's sync on these tables, or of creating them (no ``list_id``).
 
@@ -80,28 +109,30 @@ class StateTables:
         base = f"abm_provider.sync:{self.members.schema or ''}.{prefix}"
         return f"{base}:list:{list_id}" if list_id is not None else f"{base}:tables"
 
-    def create_sql(self) -> list[str]:
-        """``CREATE TABLE IF NOT EXISTS`` for each table, in portable types."""
+    def create_sql(self, dialect: Dialect) -> list[str]:
+        """``CREATE TABLE IF NOT EXISTS`` for each table, in the dialect's spelling of portable types.
+
+        Keys compare exactly (``text_sql``): account ids differ by case alone.
+        """
+        key, text = f"{dialect.text_sql(255)} NOT NULL", dialect.text_sql(255)
+        long_text, at = dialect.text_sql(), dialect.type_sql("TIMESTAMP")
+        hashed = f"{dialect.text_sql(64)} NOT NULL"
+        action = f"{dialect.text_sql(8)} NOT NULL"
+        word = f"{dialect.text_sql(16)} NOT NULL"
         account = (
-            f"account_id {_KEY}, crm_org_id {_KEY}, crm_type {_TEXT}, account_name {_TEXT}, "
-            "row_hash VARCHAR(64) NOT NULL"
+            f"account_id {key}, crm_org_id {key}, crm_type {text}, account_name {text}, row_hash {hashed}"
         )
+        counts = ", ".join(f"{c} BIGINT NOT NULL" for c in _RUN_COUNTS)
         return [
-            f"CREATE TABLE IF NOT EXISTS {self.members.sql} (list_id {_KEY}, {account}, "
-            f"run_id {_KEY}, synced_at TIMESTAMP NOT NULL, "
-            "PRIMARY KEY (list_id, account_id, crm_org_id))",
-            f"CREATE TABLE IF NOT EXISTS {self.plan.sql} (list_id {_KEY}, run_id {_KEY}, "
-            f"action VARCHAR(8) NOT NULL, seq BIGINT NOT NULL, {account}, "
-            "PRIMARY KEY (list_id, run_id, action, seq))",
-            f"CREATE TABLE IF NOT EXISTS {self.rejects.sql} (list_id {_KEY}, run_id {_KEY}, "
-            f"action VARCHAR(8) NOT NULL, account_id {_TEXT}, crm_org_id {_TEXT}, "
-            "row_hash VARCHAR(64) NOT NULL, reason TEXT NOT NULL, record BIGINT, line BIGINT, raw TEXT, "
-            "recorded_at TIMESTAMP NOT NULL)",
-            f"CREATE TABLE IF NOT EXISTS {self.runs.sql} (list_id {_KEY}, run_id {_KEY}, "
-            "mode VARCHAR(16) NOT NULL, status VARCHAR(16) NOT NULL, source_rows BIGINT NOT NULL, "
-            "to_add BIGINT NOT NULL, to_remove BIGINT NOT NULL, add_done BIGINT NOT NULL, "
-            "remove_done BIGINT NOT NULL, added BIGINT NOT NULL, removed BIGINT NOT NULL, "
-            "duplicates BIGINT NOT NULL, not_found BIGINT NOT NULL, rejected BIGINT NOT NULL, "
-            "held BIGINT NOT NULL, started_at TIMESTAMP NOT NULL, finished_at TIMESTAMP, "
+            f"CREATE TABLE IF NOT EXISTS {dialect.table_sql(self.members)} (list_id {key}, {account}, "
+            f"run_id {key}, synced_at {at} NOT NULL, PRIMARY KEY (list_id, account_id, crm_org_id))",
+            f"CREATE TABLE IF NOT EXISTS {dialect.table_sql(self.plan)} (list_id {key}, run_id {key}, "
+            f"action {action}, seq BIGINT NOT NULL, {account}, PRIMARY KEY (list_id, run_id, action, seq))",
+            f"CREATE TABLE IF NOT EXISTS {dialect.table_sql(self.rejects)} (list_id {key}, run_id {key}, "
+            f"action {action}, account_id {text}, crm_org_id {text}, row_hash {hashed}, "
+            f"reason {long_text} NOT NULL, record BIGINT, line BIGINT, raw {long_text}, "
+            f"recorded_at {at} NOT NULL{dialect.key_index_sql(['list_id', 'row_hash'])})",
+            f"CREATE TABLE IF NOT EXISTS {dialect.table_sql(self.runs)} (list_id {key}, run_id {key}, "
+            f"mode {word}, status {word}, {counts}, started_at {at} NOT NULL, finished_at {at}, "
             "PRIMARY KEY (list_id, run_id))",
         ]

@@ -39,8 +39,9 @@ def read_summary(db: StateDatabase, tables: StateTables, options: SyncOptions) -
 
     ``held`` counts the rows refused in an earlier run with the same values, so skipped.
     """
+    names = db.names(tables)
     row = db.rows(
-        f"SELECT {', '.join(_COUNTS)}, status, held, source_rows FROM {tables.runs.sql} "
+        f"SELECT {', '.join(_COUNTS)}, status, held, source_rows FROM {names.runs} "
         "WHERE list_id = ? AND run_id = ?",
         [options.list_id, options.run_id],
     )
@@ -57,7 +58,8 @@ def read_summary(db: StateDatabase, tables: StateTables, options: SyncOptions) -
 
 def member_count(db: StateDatabase, tables: StateTables, list_id: str) -> int:
     """How many accounts the list holds by our record."""
-    return int(db.value(f"SELECT COUNT(*) FROM {tables.members.sql} WHERE list_id = ?", [list_id]) or 0)
+    names = db.names(tables)
+    return int(db.value(f"SELECT COUNT(*) FROM {names.members} WHERE list_id = ?", [list_id]) or 0)
 
 
 def check_drift(hook: AbmHook, summary: dict[str, Any], list_id: str, log: logging.Logger | Any) -> None:

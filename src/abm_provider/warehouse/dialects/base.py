@@ -13,9 +13,10 @@ steps return values (:class:`Staged`) rather than leaving state for the flow to 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -25,6 +26,11 @@ if TYPE_CHECKING:
     from abm_provider.warehouse.checks import ColumnPlan
     from abm_provider.warehouse.flow import LoadRequest
     from abm_provider.warehouse.stream import IncomingFile
+
+
+def lock_number(key: str) -> int:
+    """A signed 64-bit number for a lock's key (PostgreSQL's advisory locks), stable across processes."""
+    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big", signed=True)
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,24 @@ class Staged:
     def record_numbers(self, ids: list[int]) -> list[int]:
         """The record numbers of the file behind these values of ``order_column``."""
         return [i + self.first_record for i in ids]
+
+
+@dataclass(frozen=True)
+class NewTable:
+    """A one-pass load into a table just created: the load, its column plan, its time and its file."""
+
+    request: LoadRequest
+    plan: ColumnPlan
+    loaded_at: dt.datetime
+    incoming: IncomingFile
+
+
+@dataclass(frozen=True)
+class Filled:
+    """What a one-pass load wrote: ``rows``, and ``keys_unique`` when no natural key repeats (proven)."""
+
+    rows: int
+    keys_unique: bool = False
 
 
 class Dialect(ABC):
@@ -102,6 +126,10 @@ class Dialect(ABC):
         """The dialect's spelling of a standard SQL type (``TEXT``, ``TIMESTAMP``...) of a column."""
         return sql_type
 
+    def text_sql(self, length: int | None = None) -> str:
+        """A text column compared exactly (case and accents): ``VARCHAR(length)``, or ``TEXT``."""
+        return f"VARCHAR({length})" if length else "TEXT"
+
     def column_type(self, kind: Kind) -> str:
         """The SQL type of a column of this kind in the target table."""
         return self.type_sql(kind.sql_type)
@@ -109,6 +137,20 @@ class Dialect(ABC):
     def typed(self, column: str, kind: Kind) -> str:
         """SQL turning a staged (text) column into the table's type."""
         return f"CAST({column} AS {self.column_type(kind)})"
+
+    def delete_matching_sql(self, target: str, where: str, source: str, match: str) -> str:
+        """``DELETE`` the rows of ``target`` that pass ``where`` and have a row in ``source`` for ``match``.
+
+        ``match`` refers to ``target``'s columns by its full name; the parameters of ``where`` come first.
+        """
+        return f"DELETE FROM {target} WHERE {where} AND EXISTS (SELECT 1 FROM {source} WHERE {match})"
+
+    def key_index_sql(self, columns: Sequence[str]) -> str:
+        """What a ``CREATE TABLE`` column list ends with so lookups by ``columns`` use an index (``, ...``).
+
+        Empty here: the planners that join by hashing need none, and it would cost the bulk write.
+        """
+        return ""
 
     def param(self, sql_type: str) -> str:
         """A parameter marker typed as ``sql_type`` (some servers cannot infer a bare marker's type)."""
@@ -143,6 +185,9 @@ class Dialect(ABC):
     def begin(self, cur: Any) -> None:  # noqa: B027 - optional, most drivers open a transaction implicitly
         """Start the load's transaction."""
 
+    def begin_transaction(self, cur: Any) -> None:  # noqa: B027 - most drivers open one implicitly
+        """Open a transaction where the driver would otherwise commit each statement by itself."""
+
     def begin_replace(self, conn: Any, cur: Any) -> None:  # noqa: B027 - optional
         """Called after staging, before the lock: a dialect that staged outside the transaction opens it."""
 
@@ -163,6 +208,49 @@ class Dialect(ABC):
 
     def analyze(self, cur: Any, table_sql: str) -> None:  # noqa: B027 - optional
         """Refresh the planner's statistics of a table just filled (where the planner needs them)."""
+
+    def insert_rows(
+        self, cur: Any, table_sql: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        """Append rows held in Python to a table by the dialect's bulk path (``executemany`` here)."""
+        marks = ", ".join(self.placeholder for _ in columns)
+        cur.executemany(
+            f"INSERT INTO {table_sql} ({', '.join(columns)}) VALUES ({marks})", [list(r) for r in rows]
+        )
+
+    # ---- a session's named lock (the list sync's state database) --------------------------------
+    #: Whether the database has a lock a session keeps across its transactions (``try_session_lock``).
+    session_locks: ClassVar[bool] = False
+    #: Whether the database names a lock's holder itself (``session_lock_holder`` knows its run).
+    names_lock_holder: ClassVar[bool] = False
+
+    def identity(self, conn: Any) -> str:
+        """The database this connection writes, for locks kept in the process instead of the database."""
+        conn_id = getattr(self.hook, str(getattr(self.hook, "conn_name_attr", "")), None)
+        return f"{self.name}:{type(self.hook).__name__}:{conn_id}"
+
+    def file_locked(self, err: BaseException) -> tuple[str, int | None] | None:
+        """``(path, pid)`` when connecting failed because another process has the database file open."""
+        return None
+
+    def creation_lock(self, cur: Any, key: str) -> None:  # noqa: B027 - optional
+        """Serialise creating tables under ``key`` until the transaction ends, across sessions."""
+
+    def try_session_lock(self, cur: Any, key: str, label: str) -> bool:
+        """Take the session's lock ``key`` without waiting (its holder called ``label`` where it can be).
+
+        Only called where :attr:`session_locks` is true. ``False``: another session has it.
+        """
+        raise NotImplementedError
+
+    def session_lock_holder(
+        self, cur: Any, key: str
+    ) -> tuple[str | None, dt.datetime | None, int | None] | None:
+        """``(label, since, server process id)`` of the session holding ``key``; ``None`` if none does."""
+        return None
+
+    def release_session_lock(self, cur: Any, key: str) -> None:  # noqa: B027 - optional
+        """Give back the session's lock ``key``."""
 
     # ---- catalog and bulk path -----------------------------------------------------------------
 
@@ -200,6 +288,25 @@ class Dialect(ABC):
         Why: staging writes every row twice (stage, then table), which for a first load or a
         backfill is most of the time. Called under the lock, in the transaction that has just
         created the table; ``None`` (the file has a record to reject, a key it repeats, or cannot
-        be read in one pass) makes the caller roll all of it back and run the staged flow.
+        be read in one pass) makes the caller roll all of it back and run the staged flow. The
+        dialect fills the table (:meth:`fill_new_table`); a repeated key is looked for here.
+        """
+        from abm_provider.warehouse.sql import repeated_key_sql
+
+        filled = self.fill_new_table(cur, NewTable(request, plan, loaded_at, incoming))
+        if filled is None:
+            return None
+        if not filled.keys_unique:
+            cur.execute(repeated_key_sql(self, self.table_sql(request.table), request.key_columns))
+            if cur.fetchone() is not None:
+                self.log.info("%s repeats a natural key; staging it to set rows aside", request.path.name)
+                return None
+        return filled.rows
+
+    def fill_new_table(self, cur: Any, new: NewTable) -> Filled | None:
+        """Write every record of the file into the new table in one pass, each row checked by the rules.
+
+        ``None`` when a record breaks a rule or the file cannot be read in one pass (say why in the
+        log). Only called where :attr:`direct_new_table` is true.
         """
         return None

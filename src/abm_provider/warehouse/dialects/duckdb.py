@@ -37,17 +37,18 @@ failing on a write conflict.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
+import re
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from abm_provider.warehouse.dialects.base import Staged
+from abm_provider.warehouse.dialects.base import Filled, NewTable, Staged
 from abm_provider.warehouse.records import awkward_bytes, iter_records
 from abm_provider.warehouse.rules_sql import SqlValidated
 from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, Kind, TableName
-from abm_provider.warehouse.sql import STAGE_TABLE, repeated_key_sql
+from abm_provider.warehouse.sql import STAGE_TABLE
 
 if TYPE_CHECKING:
     from abm_provider.warehouse.checks import ColumnPlan
@@ -62,6 +63,7 @@ _RULE_BROKEN = "abm: a record breaks a column rule"
 #: One lock per (database file, schema, table) of this process, for loads into that table.
 _TABLE_LOCKS: dict[tuple[str, str, str], threading.Lock] = {}
 _TABLE_LOCKS_GUARD = threading.Lock()
+_FILE_LOCKED = re.compile(r'Could not set lock on file "(?P<path>[^"]*)".*?\(PID (?P<pid>\d+)\)', re.S)
 
 
 def _table_lock(key: tuple[str, str, str]) -> threading.Lock:
@@ -145,11 +147,40 @@ class DuckDBDialect(SqlValidated):
         # DuckDB fetches a result in chunks by itself; its cursor() would open a second connection.
         return conn
 
+    def begin_transaction(self, cur: Any) -> None:
+        # DuckDB's Python connection commits each statement unless a transaction is opened.
+        cur.execute("BEGIN TRANSACTION")
+
     def begin_replace(self, conn: Any, cur: Any) -> None:
         # Staging runs before this, outside the transaction: rows a transaction appends carry transient
         # row ids, and the stage's committed row ids (0..n-1 in file order) are what map a rejected row
         # back to its record. The stage is a temporary table, so nobody else sees it either way.
-        cur.execute("BEGIN TRANSACTION")
+        self.begin_transaction(cur)
+
+    def identity(self, conn: Any) -> str:
+        # An in-memory database belongs to its connection alone (connect names it so).
+        return f"duckdb:{self._where[0]}"
+
+    def file_locked(self, err: BaseException) -> tuple[str, int | None] | None:
+        # A database file is opened for writing by one process at a time: the file is the lock
+        # between processes, and a second opener gets ``IOException: Could not set lock on file``.
+        match = _FILE_LOCKED.search(str(err))
+        if match is None or type(err).__name__ != "IOException":
+            return None
+        return match.group("path"), int(match.group("pid"))
+
+    def insert_rows(
+        self, cur: Any, table_sql: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        import pyarrow as pa
+
+        names = ", ".join(columns)
+        chunk = pa.table({name: [row[i] for row in rows] for i, name in enumerate(columns)})
+        cur.register("_abm_rows", chunk)
+        try:
+            cur.execute(f"INSERT INTO {table_sql} ({names}) SELECT {names} FROM _abm_rows")
+        finally:
+            cur.unregister("_abm_rows")
 
     def valid_sql(self, column: str, kind: Kind) -> str:
         check = f"regexp_full_match({column}, '{kind.pattern}')"
@@ -165,24 +196,18 @@ class DuckDBDialect(SqlValidated):
             self._scanned = (key, awkward_bytes(path))
         return self._scanned[1]
 
-    def load_direct(
-        self,
-        cur: Any,
-        request: LoadRequest,
-        plan: ColumnPlan,
-        loaded_at: dt.datetime,
-        incoming: IncomingFile,
-    ) -> int | None:
+    def fill_new_table(self, cur: Any, new: NewTable) -> Filled | None:
         import duckdb  # the [duckdb] extra: this module imports without it, the loader runs with it
 
+        request = new.request
         if self._awkward_bytes(request.path):
             return None  # staging says why, and takes the Python path
-        rules = self.reason_sql(plan, request.key_columns)
+        rules = self.reason_sql(new.plan, request.key_columns)
         cur.execute("SET preserve_insertion_order = false")
         try:
             cur.execute(
-                direct_insert_sql(self.table_sql(request.table), plan, rules),
-                [request.execution_id, loaded_at, str(request.path)],
+                direct_insert_sql(self.table_sql(request.table), new.plan, rules),
+                [request.execution_id, new.loaded_at, str(request.path)],
             )
             rows = int(cur.fetchone()[0])
         except (duckdb.InvalidInputException, duckdb.ConversionException) as exc:
@@ -190,11 +215,7 @@ class DuckDBDialect(SqlValidated):
             why = "a record breaks a column rule" if _RULE_BROKEN in first else first
             self.log.info("%s cannot be loaded in one pass (%s); staging it", request.path.name, why)
             return None
-        cur.execute(repeated_key_sql(self, self.table_sql(request.table), request.key_columns))
-        if cur.fetchone() is not None:
-            self.log.info("%s repeats a natural key; staging it to set rows aside", request.path.name)
-            return None
-        return rows
+        return Filled(rows)
 
     def stage(
         self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str, incoming: IncomingFile

@@ -45,12 +45,12 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 from abm_provider.common.progress import ByteProgress
-from abm_provider.warehouse.dialects.base import Staged
+from abm_provider.warehouse.dialects.base import Filled, NewTable, Staged, lock_number
 from abm_provider.warehouse.prescan import KeyOrder, count_if_all_pass
 from abm_provider.warehouse.records import iter_records
 from abm_provider.warehouse.rules_sql import SqlValidated
 from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, Kind, TableName
-from abm_provider.warehouse.sql import STAGE_TABLE, repeated_key_sql
+from abm_provider.warehouse.sql import STAGE_TABLE
 
 if TYPE_CHECKING:
     from abm_provider.warehouse.checks import ColumnPlan
@@ -60,6 +60,9 @@ if TYPE_CHECKING:
 CHUNK = 1024 * 1024
 _PROGRESS_INTERVAL = 30.0  # seconds between COPY progress lines
 
+
+#: PostgreSQL keeps the first 63 bytes of an ``application_name``.
+_APPLICATION_NAME_BYTES = 63
 
 #: Memory for the load's sorts and hashes (duplicate keys, the replace join), unless the session has more.
 WORK_MEM = "256MB"
@@ -115,6 +118,57 @@ class PostgresDialect(SqlValidated):
     def analyze(self, cur: Any, table_sql: str) -> None:
         cur.execute(f"ANALYZE {table_sql}")
 
+    def insert_rows(
+        self, cur: Any, table_sql: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        if not hasattr(cur, "copy"):  # psycopg2: no row-wise COPY writer
+            super().insert_rows(cur, table_sql, columns, rows)
+            return
+        with cur.copy(f"COPY {table_sql} ({', '.join(columns)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+
+    # A session-level advisory lock on a 64-bit hash of the key: it spans the session's transactions
+    # and dies with the connection, so a killed task cannot leave it behind. The holder names itself
+    # in its session's ``application_name``, read back through ``pg_locks`` and ``pg_stat_activity``.
+    session_locks = True
+    names_lock_holder = True
+
+    def creation_lock(self, cur: Any, key: str) -> None:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", [lock_number(key)])
+
+    def try_session_lock(self, cur: Any, key: str, label: str) -> bool:
+        cur.execute("SELECT pg_try_advisory_lock(%s)", [lock_number(key)])
+        if not cur.fetchone()[0]:
+            return False
+        name = label.encode()[:_APPLICATION_NAME_BYTES].decode(errors="ignore")
+        cur.execute("SELECT set_config('application_name', %s, false)", [name])
+        cur.fetchall()
+        return True
+
+    def session_lock_holder(
+        self, cur: Any, key: str
+    ) -> tuple[str | None, dt.datetime | None, int | None] | None:
+        number = lock_number(key)
+        # The lock's 64-bit key is split into two 32-bit halves in pg_locks.
+        cur.execute(
+            "SELECT a.application_name, a.backend_start, l.pid FROM pg_locks l "
+            "LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+            "AND l.granted AND l.objsubid = 1 AND l.classid = CAST(%s AS oid) "
+            "AND l.objid = CAST(%s AS oid) AND l.database = "
+            "(SELECT oid FROM pg_database WHERE datname = current_database())",
+            [(number >> 32) & 0xFFFFFFFF, number & 0xFFFFFFFF],
+        )
+        found = cur.fetchall()
+        if not found:
+            return None
+        label, since, pid = found[0]
+        return (str(label) if label else None), since, (int(pid) if pid is not None else None)
+
+    def release_session_lock(self, cur: Any, key: str) -> None:
+        cur.execute("SELECT pg_advisory_unlock(%s)", [lock_number(key)])
+        cur.fetchall()
+
     def passes_sql(self, plan: ColumnPlan, keys: Sequence[str]) -> str:
         """True for a staged row every rule accepts; false when it needs the full check.
 
@@ -143,21 +197,15 @@ class PostgresDialect(SqlValidated):
             [table.schema, table.name],
         )
 
-    def load_direct(
-        self,
-        cur: Any,
-        request: LoadRequest,
-        plan: ColumnPlan,
-        loaded_at: dt.datetime,
-        incoming: IncomingFile,
-    ) -> int | None:
+    def fill_new_table(self, cur: Any, new: NewTable) -> Filled | None:
+        request, plan = new.request, new.plan
         target = self.table_sql(request.table)
         quote = self.quote
         # The lineage values become the new table's column defaults for the COPY (quoted by the
         # server), so every row gets them without a second write; the defaults go again after.
         cur.execute(
             "SELECT COALESCE(quote_literal(CAST(%s AS TEXT)), 'NULL'), quote_literal(CAST(%s AS TIMESTAMP))",
-            [request.execution_id, loaded_at],
+            [request.execution_id, new.loaded_at],
         )
         execution, at = cur.fetchone()
         cur.execute(
@@ -165,34 +213,20 @@ class PostgresDialect(SqlValidated):
             f"ALTER COLUMN {quote(LOADED_AT_COLUMN)} SET DEFAULT CAST({at} AS TIMESTAMP)"
         )
         names = ", ".join(quote(n) for n in plan.header)
-        try:
-            copied = self._copy_prescanned(
-                cur,
-                request,
-                plan,
-                f"COPY {target} ({names}) FROM STDIN WITH (FORMAT csv, HEADER true, FREEZE true)",
-                incoming,
-            )
-        except Exception as exc:
-            if not _is_data_error(exc):
-                raise
-            self.log.info(
-                "The typed COPY refused %s (%s); staging it", request.path.name, str(exc).splitlines()[0]
-            )
+        sql = f"COPY {target} ({names}) FROM STDIN WITH (FORMAT csv, HEADER true, FREEZE true)"
+        copied = self._copy_data(cur, request, plan, sql, new.incoming)
+        if isinstance(copied, str):
+            self.log.info("The typed COPY refused %s (%s); staging it", request.path.name, copied)
             return None
         if not copied.all_pass:
             self.log.info("%s has records the column rules may reject; staging it", request.path.name)
             return None
-        if not copied.keys_unique:
-            cur.execute(repeated_key_sql(self, target, request.key_columns))
-            if cur.fetchone() is not None:
-                self.log.info("%s repeats a natural key; staging it to set rows aside", request.path.name)
-                return None
+        # Dropped before the key check: a repeated key rolls the whole transaction back anyway.
         cur.execute(
             f"ALTER TABLE {target} ALTER COLUMN {quote(EXECUTION_ID_COLUMN)} DROP DEFAULT, "
             f"ALTER COLUMN {quote(LOADED_AT_COLUMN)} DROP DEFAULT"
         )
-        return copied.rows
+        return Filled(copied.rows, keys_unique=copied.keys_unique)
 
     def stage(
         self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str, incoming: IncomingFile
@@ -206,21 +240,13 @@ class PostgresDialect(SqlValidated):
         )
         cur.execute("SAVEPOINT abm_copy")
         structural: dict[int, str] = {}
-        try:
-            copied = self._copy_prescanned(
-                cur,
-                request,
-                plan,
-                f"COPY {STAGE_TABLE} ({names}) FROM STDIN WITH (FORMAT csv, HEADER true)",
-                incoming,
-            )
-        except Exception as exc:
-            if not _is_data_error(exc):
-                raise
+        sql = f"COPY {STAGE_TABLE} ({names}) FROM STDIN WITH (FORMAT csv, HEADER true)"
+        copied = self._copy_data(cur, request, plan, sql, incoming)
+        if isinstance(copied, str):
             self.log.warning(
                 "COPY refused %s (%s); streaming it again through Python to set malformed records aside",
                 request.path.name,
-                str(exc).splitlines()[0],
+                copied,
             )
             cur.execute("ROLLBACK TO SAVEPOINT abm_copy")
             incoming.wait_for_download()  # the Python pass reads the whole file
@@ -242,6 +268,17 @@ class PostgresDialect(SqlValidated):
         if copied.keys_unique:
             self.log.info("The natural keys come in increasing order: none repeats")
         return Staged(rejects=structural, rules_checked=copied.all_pass, keys_unique=copied.keys_unique)
+
+    def _copy_data(
+        self, cur: Any, request: LoadRequest, plan: ColumnPlan, sql: str, incoming: IncomingFile
+    ) -> Copied | str:
+        """:meth:`_copy_prescanned`, or the first line of why when ``COPY`` refused the file's data."""
+        try:
+            return self._copy_prescanned(cur, request, plan, sql, incoming)
+        except Exception as exc:
+            if not _is_data_error(exc):
+                raise
+            return str(exc).splitlines()[0]
 
     def _copy_prescanned(
         self, cur: Any, request: LoadRequest, plan: ColumnPlan, sql: str, incoming: IncomingFile

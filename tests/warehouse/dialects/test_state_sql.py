@@ -1,0 +1,43 @@
+"""What the list sync's state tables ask of each dialect: quoting, exact-comparing text, times, indexes.
+
+The SQL is built without a connection here; ``tests/accounts/sync`` runs it on each database.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from abm_provider.accounts.sync.state import StateTables
+from abm_provider.warehouse.dialects.base import Dialect
+from abm_provider.warehouse.dialects.duckdb import DuckDBDialect
+from abm_provider.warehouse.dialects.mysql import MySQLDialect, _lock_name
+from abm_provider.warehouse.dialects.postgres import PostgresDialect
+
+TABLES = StateTables.named("abm_sync_", "state")
+
+
+def test_mysql_state_tables_are_backquoted_exact_and_indexed() -> None:
+    members, _plan, rejects, runs = TABLES.create_sql(MySQLDialect(None))
+    assert "`state`.`abm_sync_members`" in members
+    assert "account_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL" in members
+    assert "synced_at DATETIME(6) NOT NULL" in members
+    assert '"' not in members + rejects + runs
+    assert rejects.endswith(", INDEX _abm_key (list_id, row_hash))")
+
+
+@pytest.mark.parametrize("dialect", [PostgresDialect(None), DuckDBDialect(None)], ids=["postgres", "duckdb"])
+def test_standard_state_tables_keep_their_portable_types(dialect: Dialect) -> None:
+    members, _plan, rejects, _runs = TABLES.create_sql(dialect)
+    assert members.startswith('CREATE TABLE IF NOT EXISTS "state"."abm_sync_members" (')
+    assert "account_id VARCHAR(255) NOT NULL" in members
+    assert "synced_at TIMESTAMP NOT NULL" in members
+    assert "INDEX" not in rejects  # a planner that hashes needs none
+
+
+def test_mysql_lock_names_fit_get_lock_and_never_change() -> None:
+    key = TABLES.lock_key("list-1")
+    assert key == "abm_provider.sync:state.abm_sync_:list:list-1"
+    assert len(_lock_name(key)) <= 64
+    assert _lock_name(key) == _lock_name(key).lower()
+    assert _lock_name(key).startswith("abm_sync:")
+    assert _lock_name(key) != _lock_name(TABLES.lock_key("list-2"))
