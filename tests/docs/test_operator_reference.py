@@ -59,11 +59,19 @@ def _rows(cls: type) -> dict[str, str]:
     return rows
 
 
-def _arguments(cls: type) -> set[str]:
+def _own_arguments(cls: type) -> set[str]:
     own = inspect.signature(cls.__init__).parameters.values()
-    names = {p.name for p in own if p.name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD}
+    return {p.name for p in own if p.name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD}
+
+
+def _arguments(cls: type) -> set[str]:
+    """The class's arguments, with those of its private bases (``_CreateOrReuseOperator``'s ``if_exists``)."""
+    names = _own_arguments(cls)
+    for base in cls.__mro__[1:]:
+        if base.__name__.startswith("_") and "__init__" in vars(base):
+            names |= _own_arguments(base)
     if cls is not AbmBaseOperator and issubclass(cls, AbmBaseOperator):
-        names -= _arguments(AbmBaseOperator)  # listed once, in the shared section
+        names -= _own_arguments(AbmBaseOperator)  # listed once, in the shared section
     return names
 
 

@@ -12,8 +12,8 @@ For every case the emulator's request log and state show that nothing was sent (
 request the service needed to answer) and nothing was created. Account rows are the other half: bad
 rows go to the rejects file with a reason naming the field, and every valid row still reaches the list.
 
-Rule-by-rule cron parsing is covered in ``tests/exports/test_cron.py`` and the validator's reasons in
-``tests/operators/test_account_lists_sources.py``; this matrix drives the operators end to end.
+Rule-by-rule cron parsing is covered in ``tests/exports/test_schedule.py`` and the validator's reasons in
+``tests/accounts/test_validation.py`` and ``test_sources.py``; this matrix drives the operators end to end.
 ``docs/bad-inputs.md`` holds the same table.
 """
 

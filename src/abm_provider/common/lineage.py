@@ -7,7 +7,7 @@ from contextlib import suppress
 from types import SimpleNamespace
 from typing import Any
 
-from abm_provider.warehouse import dialect_of
+from abm_provider.warehouse.dialects import dialect_for
 from abm_provider.warehouse.schema import TableName
 
 
@@ -19,21 +19,23 @@ def table_dataset(hook: Any, table: TableName) -> tuple[str, str]:
     info = None
     with suppress(Exception):
         info = hook.get_openlineage_database_info(connection) if connection is not None else None
-    schema = table.schema
-    if schema is None and dialect_of(hook) == "duckdb":
-        schema = "main"  # the common-sql default answers "public", which DuckDB does not have
+    dialect = dialect_for(hook)
+    schema = table.schema or dialect.lineage_schema
     if schema is None:
         with suppress(Exception):
             schema = hook.get_openlineage_default_schema()
     if info is not None:
         parts = [p for p in (info.database, schema or "public", table.name) if p]
         return f"{info.scheme}://{info.authority}", ".".join(parts)
+    name = f"{schema}.{table.name}" if schema else table.name
+    namespace = None
+    with suppress(Exception):  # a hook without a database to name
+        namespace = dialect.lineage_namespace()
+    if namespace:
+        return namespace, name
     conn_type = str(getattr(hook, "conn_type", "") or "sql")
-    if conn_type == "duckdb":
-        with suppress(Exception):
-            return f"duckdb://{hook.get_database()}", f"{schema or 'main'}.{table.name}"
     host = getattr(connection, "host", None) or getattr(hook, "get_conn_id", lambda: "default")()
-    return f"{conn_type}://{host}", f"{schema}.{table.name}" if schema else table.name
+    return f"{conn_type}://{host}", name
 
 
 def openlineage() -> Any:

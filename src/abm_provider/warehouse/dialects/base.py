@@ -105,6 +105,12 @@ class Dialect(ABC):
     current_schema_sql: ClassVar[str] = "current_schema()"
     #: A condition (ending in ``AND``) that keeps information_schema to the connection's database.
     catalog_where: ClassVar[str] = ""
+    #: The schema an unqualified table is in, for lineage, where common-sql's answer would be wrong.
+    lineage_schema: ClassVar[str | None] = None
+
+    def lineage_namespace(self) -> str | None:
+        """The OpenLineage namespace of the database, when the hook's own database info has none."""
+        return None
 
     def __init__(self, hook: Any, options: DialectOptions | None = None, log: logging.Logger | None = None):
         self.hook = hook

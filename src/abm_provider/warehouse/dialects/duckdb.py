@@ -79,12 +79,16 @@ def quote(name: str) -> str:
 class DuckDBDialect(SqlValidated):
     name = "duckdb"
     method = "duckdb_read_csv"
+    lineage_schema = "main"  # common-sql's default answers "public", which DuckDB does not have
     placeholder = "?"
     catalog_where = "table_catalog = current_database() AND "
     # An ART index makes DuckDB bulk inserts slow and memory-hungry; the delete-then-insert under one
     # transaction and the duplicate rejection already keep one row per key.
     unique_key_index: ClassVar[bool] = False
     direct_new_table: ClassVar[bool] = True
+
+    def lineage_namespace(self) -> str | None:
+        return f"duckdb://{self.hook.get_database()}"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
