@@ -68,8 +68,36 @@ def check_depth(value: Any, max_depth: int) -> None:
         level = deeper
 
 
+#: A JSON string literal, escapes included: brackets inside one do not nest.
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_JSON_BRACKET = re.compile(rb"[\[\]{}]")
+
+
+def nests_deeper(body: bytes, max_depth: int) -> bool:
+    """Whether JSON text opens more than ``max_depth`` brackets at once, found without parsing it.
+
+    The parser recurses once per level. Letting it run into the recursion limit on a hostile body is
+    not enough: a garbage collection that happens down there runs other objects' finalizers with no
+    stack left, and they fail where nobody can catch it. So a body that nests too deep is refused
+    before it is parsed.
+    """
+    if body.count(b"[") + body.count(b"{") <= max_depth:
+        return False
+    depth = 0
+    for bracket in _JSON_BRACKET.finditer(_JSON_STRING.sub(b'""', body)):
+        if bracket.group() in (b"[", b"{"):
+            depth += 1
+            if depth > max_depth:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
 def parse_json(body: bytes, max_depth: int) -> Any:
     """Parse JSON, refusing nesting deeper than ``max_depth`` (and never raising ``RecursionError``)."""
+    if nests_deeper(body, max_depth):
+        raise ValueError(f"JSON nested deeper than {max_depth} levels")
     try:
         data = json.loads(body)
     except RecursionError:
