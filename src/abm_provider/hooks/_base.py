@@ -7,6 +7,7 @@ one (``abm`` re-exports it, so each import path stays as it was).
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Any, Generic, TypeVar
 
 from airflow.sdk import BaseHook
@@ -58,9 +59,9 @@ class AbmHookBase(BaseHook, Generic[Pages]):
         self._pipeline = Pipeline(settings)
         return settings
 
+    @abstractmethod
     def _paginate(self, call: Call, key: str, deadline: float | None = None) -> Pages:
         """Every item of a listing, following ``nextPageToken`` through empty pages, within bounds."""
-        raise NotImplementedError
 
     def iter_folders(self, page_size: int = 100) -> Pages:
         """All folders: ``{uuid, name, orgUuid, folderAccess, createdMomentUtc}`` each (also the

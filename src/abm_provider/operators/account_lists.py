@@ -11,6 +11,7 @@ lives in :mod:`abm_provider.accounts.membership`; the classes here are arguments
 from __future__ import annotations
 
 import warnings
+from abc import abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -86,9 +87,9 @@ class _CreateOrReuseOperator(AbmBaseOperator):
         for name, check in self.argument_checks:
             check_known(check, getattr(self, name), name)
 
+    @abstractmethod
     def create_or_reuse(self) -> dict[str, Any]:
         """The hook's call, with the rendered arguments."""
-        raise NotImplementedError
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Check the rendered arguments, then the hook's create-or-reuse with this task's policy."""
@@ -104,9 +105,9 @@ class _CreateOrReuseOperator(AbmBaseOperator):
         self.push(context, **{f"{self.kind}_id": found[f"{self.kind}Id"]})
         return found
 
+    @abstractmethod
     def describe(self) -> str:
         """The resource, as error messages name it."""
-        raise NotImplementedError
 
 
 class CreateAccountListFolderOperator(_CreateOrReuseOperator):
