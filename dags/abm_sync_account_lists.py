@@ -3,8 +3,13 @@
 Runs when the target-accounts Asset is updated, and daily. Each run sends only the change: accounts
 that joined the target set are added and, with the ``mirror`` param (default on), accounts that left
 it are removed. ``AccountListSyncOperator`` keeps what the list holds, each run's plan and the
-refused rows (with their reasons, not sent again until they change) in ``abm_sync_*`` tables of the
-warehouse. Set ``dry_run`` to preview the plan without sending anything.
+refused rows (with their reasons) and a run log in ``abm_sync_*`` tables of the warehouse. Set
+``dry_run`` to preview the plan without sending anything.
+
+A run that would remove more than a quarter of the list, or that reads an empty table, stops before
+sending anything and says why. If the change is meant, trigger the DAG with the ``max_removals``
+param set to ``null`` (or a larger limit), or ``allow_empty_source`` on. ``full_resync`` sends the
+whole table again, for a list edited by hand.
 
 The connections, the target table and the folder and list names come from the environment
 (``ABM_*`` variables), so the same file runs on the embedded defaults (emulator + DuckDB) and on
@@ -45,7 +50,13 @@ with DAG(
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,
-    params={"mirror": Param(MIRROR, type="boolean"), "dry_run": Param(False, type="boolean")},
+    params={
+        "mirror": Param(MIRROR, type="boolean"),
+        "dry_run": Param(False, type="boolean"),
+        "max_removals": Param(0.25, type=["null", "number"], minimum=0),
+        "allow_empty_source": Param(False, type="boolean"),
+        "full_resync": Param(False, type="boolean"),
+    },
     default_args={"retries": RETRIES, "retry_delay": timedelta(minutes=2)},
     tags=["abm", "account-lists"],
     doc_md=__doc__,
@@ -68,7 +79,10 @@ with DAG(
         column_map={"id": "account_id", "name": "account_name", "crmOrgId": "crm_org_id"},
         mode="{{ 'mirror' if params.mirror else 'add_only' }}",
         dry_run="{{ params.dry_run }}",
-        # Bad rows and unknown accounts are recorded with their reasons and not retried; they do
-        # not hold back the thousands of good ones.
+        max_removals="{{ params.max_removals }}",
+        allow_empty_source="{{ params.allow_empty_source }}",
+        full_resync="{{ params.full_resync }}",
+        # Bad rows and unknown accounts are recorded with their reasons (unknown ones are sent again
+        # a day later); they do not hold back the thousands of good ones.
         max_rejected=None,
     )

@@ -154,6 +154,22 @@ class SyncAlreadyRunning(AirflowException):
     """
 
 
+class SyncGuardTripped(AirflowFailException):
+    """A list sync's guard stopped the run before anything was sent; the plan is kept for a look.
+
+    The plan would remove more recorded members than ``max_removals`` allows, or a run that removes
+    met a source with no rows. Both usually mean a broken upstream job, not a wish to empty the list,
+    so the task fails without retries: a retry would read the same source. ``guard`` names the
+    argument that stopped it (``"max_removals"`` or ``"allow_empty_source"``); the message gives the
+    figures and how to let the run through.
+    """
+
+    def __init__(self, message: str, *, guard: str = "", run_id: str = "") -> None:
+        super().__init__(message)
+        self.guard = guard
+        self.run_id = run_id
+
+
 class LocalStorageError(AirflowFailException):
     """A local file (the archive, the state dir, a rejects file) could not be written: the disk is
     full, over quota, read-only or not writable by the task.

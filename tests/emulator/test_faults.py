@@ -8,7 +8,10 @@ from urllib.parse import urlsplit
 
 import pytest
 import requests
+from asgi_calls import call, echo
 from emulator_api import error_of
+
+from abm_emulator.faults import FaultInjector, FaultMiddleware
 
 FOLDERS = "/accountLists/v2/folders"
 
@@ -120,6 +123,8 @@ def test_admin_api_is_never_faulted(emulator):
         ({"kind": "status", "colour": "red"}, "colour"),
         ({"kind": "status", "origin": "db"}, "origin"),
         ({"kind": "status", "count": 0}, "count"),
+        ({"kind": "status", "bodyContains": ""}, "bodyContains"),
+        ({"kind": "status", "bodyContains": 5}, "bodyContains"),
     ],
 )
 def test_bad_fault_specs_are_rejected_naming_the_field(emulator, fault, field):
@@ -152,3 +157,61 @@ def test_reset_on_the_storage_origin(emulator, api):
         requests.get(fired["downloadUri"], timeout=30)
     assert requests.get(fired["downloadUri"], timeout=30).status_code == 200
     assert [r["status"] for r in emulator.requests_seen() if r["origin"] == "storage"] == [None, 200]
+
+
+def _accounts(*ids: str) -> dict[str, list[dict[str, str]]]:
+    return {"accounts": [{"id": i, "name": f"Name {i}"} for i in ids]}
+
+
+def test_body_contains_refuses_every_batch_holding_the_account_and_names_it(emulator, api):
+    list_id = api.account_list()
+    add = f"/accountLists/v2/accountLists/{list_id}/accounts/add"
+    fault = emulator.inject_fault(
+        kind="status", status=400, method="POST", path=r".*/accounts/add", body_contains="001BAD", count=None
+    )
+    assert (fault["bodyContains"], fault["count"]) == ("001BAD", None)
+    batch = ["001000000000001", "001BAD000000002", "001000000000003", "001000000000004"]
+    for _ in range(2):  # unlimited: every batch with it
+        refused = api.post(add, _accounts(*batch))
+        assert refused.status_code == 400
+        error = error_of(refused)
+        assert error["status"] == "INVALID_ARGUMENT" and "accounts[1].id" in error["message"]
+        assert error["details"] == [
+            {
+                "@type": "type.googleapis.com/google.rpc.BadRequest",
+                "fieldViolations": [
+                    {"field": "accounts[1].id", "description": "account refused by the service"}
+                ],
+            }
+        ]
+    # A client splitting the refused batch in halves: the half without it reaches the route whole.
+    kept = api.post(add, _accounts(*batch[2:]))
+    assert kept.status_code == 200 and kept.json()["addedAccounts"] == 2
+    refused = api.post(add, _accounts(*batch[:2]))
+    assert [v["field"] for v in error_of(refused)["details"][0]["fieldViolations"]] == ["accounts[1].id"]
+    assert api.post(add, _accounts(batch[0])).status_code == 200
+    assert {m["id"] for m in emulator.members(list_id)} == {batch[0], *batch[2:]}
+    [described] = emulator.admin("GET", "/_admin/faults")["faults"]
+    assert described["fired"] == 3 and described["bodyContains"] == "001BAD"
+
+
+def test_body_contains_with_other_statuses_names_no_field(emulator, api):
+    emulator.inject_fault(kind="status", status=503, method="POST", path=FOLDERS, body_contains="Doomed")
+    assert api.post(FOLDERS, {"folderName": "Fine"}).status_code == 200
+    refused = api.post(FOLDERS, {"folderName": "Doomed"})
+    assert refused.status_code == 503 and error_of(refused)["details"] == []
+    assert [f["name"] for f in api.get(FOLDERS).json()["folders"]] == ["Fine"]
+
+
+async def test_body_contains_reads_a_bounded_body_and_replays_it():
+    injector = FaultInjector()
+    injector.add({"kind": "status", "status": 503, "bodyContains": "Zürich", "count": None})
+    app = FaultMiddleware(echo, "api", injector, body_limit=64)
+    needle = '{"city": "Zürich"}'.encode()
+    assert (await call(app, chunks=(needle[:12], needle[12:]))).status == 503  # split across messages
+    other = b'{"city": "Bern", "pad": "' + b"p" * 20 + b'"}'
+    answer = await call(app, chunks=(other[:10], other[10:30], other[30:]))
+    assert (answer.status, answer.body) == (200, other)  # the app received every byte
+    big = needle[:-1] + b', "pad": "' + b"p" * 100 + b'"}'
+    answer = await call(app, chunks=(big[:40], big[40:80], big[80:]))
+    assert (answer.status, answer.body) == (200, big)  # over the limit: no match, still whole

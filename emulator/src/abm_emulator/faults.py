@@ -5,6 +5,10 @@ took effect, a connection reset with no answer, a download cut off mid-body, a s
 that is not valid JSON. They sit below the request log (so a faulted request is still recorded and
 still gets ``x-request-id``) and above the routes (so "after" faults let the request take effect).
 
+A fault may also match the request body (``bodyContains``): a service that refuses one account makes
+every batch holding it fail, and a client that splits a refused batch must be tested against that. The
+body is then read before the fault is chosen and replayed to the app when no fault applies.
+
 Dropping a connection needs the transport, which ASGI does not expose; uvicorn's ``send`` is a bound
 method of its per-request cycle object, which `requestlog.RequestBookkeeping` stores in the scope.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import re
 import socket
@@ -21,11 +26,25 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from abm_emulator.asgi import CYCLE_KEY, ASGIApp, Message, Receive, Scope, Send, send_error, set_header
+from abm_emulator.asgi import (
+    CYCLE_KEY,
+    ASGIApp,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    read_ahead,
+    replaying,
+    send_error,
+    set_header,
+)
 from abm_emulator.errors import ApiError, invalid, status_name
 
 KINDS = ("status", "reset", "disconnect_mid_body", "delay", "malformed_json")
 ORIGINS = ("api", "storage")
+#: A ``bodyContains`` fault reads at most this much of a body; a larger body does not match it.
+BODY_MATCH_LIMIT = 8 << 20
+REFUSED_ACCOUNT = "account refused by the service"
 
 
 @dataclass
@@ -43,6 +62,7 @@ class Fault:
     remaining: int | None = 1
     probability: float | None = None
     seed: int | None = None
+    body_contains: str | None = None
     fired: int = 0
     _pattern: re.Pattern[str] = field(default=re.compile(""), repr=False)
     _rng: random.Random = field(default_factory=random.Random, repr=False)
@@ -62,8 +82,15 @@ class Fault:
             "count": self.remaining,
             "probability": self.probability,
             "seed": self.seed,
+            "bodyContains": self.body_contains,
             "fired": self.fired,
         }
+
+    def matches_body(self, body: bytes | None) -> bool:
+        """A fault without ``bodyContains`` matches any body; one with it, a body read whole that holds it."""
+        if self.body_contains is None:
+            return True
+        return body is not None and self.body_contains.encode() in body
 
 
 def _nonnegative(spec: dict[str, Any], name: str, default: float, *, integer: bool = False) -> float:
@@ -90,6 +117,7 @@ def parse_fault(spec: dict[str, Any]) -> Fault:
         "count",
         "probability",
         "seed",
+        "bodyContains",
     }
     unknown = sorted(set(spec) - known)
     if unknown:
@@ -127,6 +155,9 @@ def parse_fault(spec: dict[str, Any]) -> Fault:
     seed = spec.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise invalid("seed", f"must be an integer, got {seed!r}")
+    body_contains = spec.get("bodyContains")
+    if body_contains is not None and (not isinstance(body_contains, str) or not body_contains):
+        raise invalid("bodyContains", f"must be a non-empty string, got {body_contains!r}")
     remaining: int | None
     if "count" in spec:
         count = spec["count"]
@@ -150,6 +181,7 @@ def parse_fault(spec: dict[str, Any]) -> Fault:
         remaining=remaining,
         probability=None if probability is None else float(probability),
         seed=seed,
+        body_contains=body_contains,
         _pattern=pattern,
         _rng=random.Random(seed),
     )
@@ -172,12 +204,16 @@ class FaultInjector:
     def describe(self) -> list[dict[str, Any]]:
         return [f.describe() for f in self._faults]
 
-    def take(self, origin: str, method: str, path: str) -> Fault | None:
+    def wants_body(self, origin: str, method: str, path: str) -> bool:
+        """Whether choosing a fault for this request needs its body: reading it costs only then."""
+        return any(f.body_contains is not None and _targets(f, origin, method, path) for f in self._faults)
+
+    def take(self, origin: str, method: str, path: str, body: bytes | None = None) -> Fault | None:
+        """The first fault for this request, consumed; ``body`` is ``None`` when it was not read whole."""
         for fault in self._faults:
-            if fault.origin != origin or fault.method not in ("*", method):
+            if not _targets(fault, origin, method, path) or not fault.matches_body(body):
                 continue
-            if not fault._pattern.fullmatch(path):
-                continue
+            # Drawn only for requests the fault targets, so a seed gives one sequence over them.
             if fault.probability is not None and fault._rng.random() >= fault.probability:
                 continue
             fault.fired += 1
@@ -187,6 +223,30 @@ class FaultInjector:
                     self._faults.remove(fault)
             return fault
         return None
+
+
+def _targets(fault: Fault, origin: str, method: str, path: str) -> bool:
+    return fault.origin == origin and fault.method in ("*", method) and bool(fault._pattern.fullmatch(path))
+
+
+def refused_accounts(body: bytes | None, needle: str) -> list[tuple[str, str]]:
+    """The ``accounts[i].id`` holding ``needle`` in an ``{"accounts": [...]}`` body, as field violations.
+
+    So an injected 400 names the account it refused, as the service's BadRequest does, and a client can
+    be tested on what it does with that (set the account aside, split the batch).
+    """
+    try:
+        document = json.loads(body) if body is not None else None
+    except (ValueError, RecursionError):
+        return []
+    accounts = document.get("accounts") if isinstance(document, dict) else None
+    if not isinstance(accounts, list):
+        return []
+    return [
+        (f"accounts[{index}].id", REFUSED_ACCOUNT)
+        for index, account in enumerate(accounts)
+        if isinstance(account, dict) and isinstance(account.get("id"), str) and needle in account["id"]
+    ]
 
 
 class _CutOff(Exception):
@@ -232,32 +292,54 @@ async def _drain_and_close(scope: Scope) -> None:
     await asyncio.sleep(0)
 
 
+def _violations(fault: Fault, body: bytes | None) -> list[tuple[str, str]]:
+    """A 400 fault matched on the body names the accounts it refused; other faults name nothing."""
+    if fault.status != 400 or fault.body_contains is None:
+        return []
+    return refused_accounts(body, fault.body_contains)
+
+
 class FaultMiddleware:
-    def __init__(self, app: ASGIApp, origin: str, injector: FaultInjector) -> None:
+    """Applies the injector's faults to one origin; ``body_limit`` bounds what ``bodyContains`` reads."""
+
+    def __init__(
+        self, app: ASGIApp, origin: str, injector: FaultInjector, body_limit: int = BODY_MATCH_LIMIT
+    ) -> None:
         self.app = app
         self.origin = origin
         self.injector = injector
+        self.body_limit = body_limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (self.origin == "api" and scope["path"].startswith("/_admin")):
             await self.app(scope, receive, send)
             return
-        fault = self.injector.take(self.origin, scope["method"], scope["path"])
+        receive, body = await self._body_if_wanted(scope, receive)
+        fault = self.injector.take(self.origin, scope["method"], scope["path"], body)
         if fault is None:
             await self.app(scope, receive, send)
             return
         try:
-            await self._apply(fault, scope, receive, send)
+            await self._apply(fault, scope, receive, send, body)
         except _CutOff:
             return
 
-    async def _apply(self, fault: Fault, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _body_if_wanted(self, scope: Scope, receive: Receive) -> tuple[Receive, bytes | None]:
+        """Read the body when a ``bodyContains`` fault could apply; the app still receives all of it."""
+        if not self.injector.wants_body(self.origin, scope["method"], scope["path"]):
+            return receive, None
+        messages, body = await read_ahead(receive, self.body_limit)
+        return replaying(messages, receive), body
+
+    async def _apply(
+        self, fault: Fault, scope: Scope, receive: Receive, send: Send, body: bytes | None
+    ) -> None:
         if fault.kind == "delay":
             await self._delay(fault, scope, receive, send)
         elif fault.kind == "reset":
             await _reset(scope)
         elif fault.kind == "status":
-            await self._status(fault, scope, receive, send)
+            await self._status(fault, scope, receive, send, body)
         elif fault.kind == "disconnect_mid_body":
             await self._disconnect_mid_body(fault, scope, receive, send)
         else:
@@ -271,23 +353,13 @@ class FaultMiddleware:
         client gave up. That is the case a client must reconcile rather than blindly send again (had
         the body been read after the wait, the disconnect would have made the request fail instead).
         """
-        messages: list[Message] = []
-        while True:
-            message = await receive()
-            messages.append(message)
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                break
+        messages, _ = await read_ahead(receive)
         await asyncio.sleep(fault.delay_seconds)
-        replay = iter(messages)
+        await self.app(scope, replaying(messages, receive), send)
 
-        async def buffered() -> Message:
-            for message in replay:
-                return message
-            return await receive()
-
-        await self.app(scope, buffered, send)
-
-    async def _status(self, fault: Fault, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _status(
+        self, fault: Fault, scope: Scope, receive: Receive, send: Send, body: bytes | None
+    ) -> None:
         if fault.when == "after":
 
             async def discard(_message: Message) -> None:
@@ -295,12 +367,15 @@ class FaultMiddleware:
 
             await self.app(scope, receive, discard)
         headers = {"retry-after": fault.retry_after} if fault.retry_after is not None else {}
+        violations = _violations(fault, body)
+        named = f": {', '.join(f for f, _ in violations)}" if violations else ""
         await send_error(
             send,
             fault.status,
-            f"Injected fault: HTTP {fault.status} {status_name(fault.status)}",
+            f"Injected fault: HTTP {fault.status} {status_name(fault.status)}{named}",
             status_name(fault.status),
             headers,
+            violations,
         )
 
     async def _disconnect_mid_body(self, fault: Fault, scope: Scope, receive: Receive, send: Send) -> None:

@@ -49,9 +49,11 @@ def build_origins(emulator: Emulator, rate_limit: float | None) -> Origins:
     api: ASGIApp = app
     if limiter is not None:
         api = RateLimitMiddleware(api, limiter)
-    api = RequestBookkeeping(FaultMiddleware(api, "api", faults), "api", request_log)
-    storage_app: ASGIApp = create_storage_app(emulator.settings.data_dir, emulator.signer, emulator.clock.now)
-    storage = RequestBookkeeping(FaultMiddleware(storage_app, "storage", faults), "storage", request_log)
+    clock = emulator.clock.now
+    api = RequestBookkeeping(FaultMiddleware(api, "api", faults), "api", request_log, clock)
+    storage_app: ASGIApp = create_storage_app(emulator.settings.data_dir, emulator.signer, clock)
+    storage_faulted = FaultMiddleware(storage_app, "storage", faults)
+    storage = RequestBookkeeping(storage_faulted, "storage", request_log, clock)
     return Origins(api, storage, faults, request_log)
 
 
@@ -94,10 +96,16 @@ async def serve_both(
     on_ready: Callable[[], None],
     log_level: str = "warning",
 ) -> None:
+    # date_header=False: uvicorn's Date is real time; `RequestBookkeeping` sets the emulated clock's.
     servers = [
         _Server(
             uvicorn.Config(
-                app, log_level=log_level, lifespan="off", timeout_graceful_shutdown=3, access_log=False
+                app,
+                log_level=log_level,
+                lifespan="off",
+                timeout_graceful_shutdown=3,
+                access_log=False,
+                date_header=False,
             )
         )
         for app in (origins.api, origins.storage)

@@ -117,7 +117,11 @@ class RunningEmulator:
         return result
 
     def inject_fault(self, **fault: Any) -> dict[str, Any]:
-        """Add a fault; keys as in the admin JSON (``afterBytes``) or snake_case (``after_bytes``)."""
+        """Add a fault; keys as in the admin JSON (``afterBytes``) or snake_case (``after_bytes``).
+
+        ``body_contains="001BAD"`` fires only for requests whose body holds that text, e.g. every add
+        batch with one account (with ``status=400``, the answer names it: ``accounts[i].id``).
+        """
         result: dict[str, Any] = self.admin(
             "POST", "/_admin/faults", {_camel(k): v for k, v in fault.items()}
         )
@@ -164,6 +168,10 @@ class RunningEmulator:
         return json.dumps({"conn_type": "abm", "host": self.base_url, "password": api_key or self.api_key})
 
     def requests_seen(self) -> list[dict[str, Any]]:
+        """Recent requests of both origins, oldest first (admin calls left out): ``origin``, ``method``,
+        ``path``, ``query``, ``headers``, ``status``, ``requestId``, and for the API origin ``bodyBytes``
+        and ``body``, the parsed JSON body (``None`` when not JSON, over 1 MiB, or dropped to keep the
+        log's bodies within 64 MiB), so a test can read which accounts each add or remove carried."""
         seen: list[dict[str, Any]] = self.admin("GET", "/_admin/requests")["requests"]
         return seen
 

@@ -10,7 +10,9 @@ redaction and the bounds. The key goes only to the API's origin and never into a
 
 from __future__ import annotations
 
+import email.utils
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from itertools import islice
 from typing import Any, BinaryIO, Literal
 
@@ -39,7 +41,8 @@ from abm_provider.hooks._endpoints import (
     lists_call,
 )
 from abm_provider.hooks._paging import Pager
-from abm_provider.hooks._pipeline import Attempts, Call, ErrorBody, Pipeline
+from abm_provider.hooks._pipeline import Answer, Attempts, Call, ErrorBody, Pipeline
+from abm_provider.hooks._responses import clip
 from abm_provider.hooks._settings import AbmSettings, connection_name, is_test_copy
 from abm_provider.hooks._transports import RequestsTransport
 from abm_provider.hooks._urls import path_segment
@@ -51,6 +54,24 @@ IfExists = Literal["reuse", "create", "fail"]
 JobIfExists = Literal["ignore", "fail"]
 #: A connection test answers in the UI, so it makes one short attempt instead of the full budget.
 _TEST_CONNECTION_TIMEOUT = 15.0
+#: Longest part of an unusable ``Date`` header a warning quotes.
+_DATE_QUOTE_CHARS = 60
+
+
+def _http_date(value: str | None) -> datetime | None:
+    """An HTTP ``Date`` header as an aware UTC datetime in whole seconds; ``None`` if it is not one.
+
+    A date without a zone (``-0000``) is read as UTC, which is what HTTP dates are.
+    """
+    if value is None:
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return when.astimezone(UTC).replace(microsecond=0)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
 
 
 class AbmHook(AbmHookBase[Iterator[dict[str, Any]]]):
@@ -103,11 +124,17 @@ class AbmHook(AbmHookBase[Iterator[dict[str, Any]]]):
     # -- the request loop -------------------------------------------------------------------------
 
     def _call(self, call: Call) -> dict[str, Any]:
-        """One API call under the pipeline's retry policy; the answer's JSON object.
+        """One API call under the pipeline's retry policy; the answer's JSON object."""
+        return self._exchange(call)[0]
+
+    def _exchange(self, call: Call) -> tuple[dict[str, Any], Answer | None]:
+        """One API call under the pipeline's retry policy: the answer's JSON object and the
+        :class:`Answer` it was read from, for the callers that need a header (:meth:`service_time`).
 
         After an attempt whose outcome is unknown, a create that reconciles (``Call.on_unknown``)
         lists what exists before it is sent again. The listing is read outside the attempt, with its
-        own retries: its failure ends the call rather than spending the create's attempts.
+        own retries: its failure ends the call rather than spending the create's attempts. When the
+        listing shows the create took effect, that item is the result and there is no answer (``None``).
         """
         pipe = self.pipeline
         attempts = Attempts(call.on_unknown, self.log)
@@ -115,9 +142,10 @@ class AbmHook(AbmHookBase[Iterator[dict[str, Any]]]):
             if (look := attempts.look) is not None:
                 made = attempts.found(self._paginate(look.listing, look.key))
                 if made is not None:
-                    return made
+                    return made, None
             with attempt:
-                return pipe.interpret(call, self.transport.send(pipe.prepare(call)))
+                answer = self.transport.send(pipe.prepare(call))
+                return pipe.interpret(call, answer), answer
         raise AssertionError("tenacity returns or raises")  # pragma: no cover
 
     def _paginate(self, call: Call, key: str, deadline: float | None = None) -> Iterator[dict[str, Any]]:
@@ -153,6 +181,28 @@ class AbmHook(AbmHookBase[Iterator[dict[str, Any]]]):
             self._pipeline = Pipeline(settings)
             self.close()
         return True, f"Connected to {settings.base_url}: the API key{of} was accepted"
+
+    def service_time(self) -> datetime:
+        """The service's clock: the ``Date`` header of a one-folder page (the read
+        :meth:`test_connection` makes), under the usual retry policy; aware UTC, whole seconds.
+
+        The list sync retries the accounts the service did not find a day later, and that day is
+        measured on the service's clock, so a worker whose own clock is skewed retries neither early
+        nor late (the emulator serves ``Date`` from its emulated clock). A missing or unreadable
+        ``Date`` falls back to this worker's clock, with one warning quoting the value (redacted and
+        cut short): a day measured a little off is better than a sync that cannot run.
+        """
+        _, answer = self._exchange(folders_call(page_size=1))
+        value = answer.headers.get("Date") if answer is not None else None
+        when = _http_date(value)
+        if when is not None:
+            return when
+        if value is None:
+            self.log.warning("The service sent no Date header; using this worker's clock instead")
+        else:
+            quoted = clip(self.pipeline.redact(value), _DATE_QUOTE_CHARS)
+            self.log.warning("The service's Date header %r is not a date; using this worker's clock", quoted)
+        return datetime.now(UTC).replace(microsecond=0)
 
     # -- folders and lists --------------------------------------------------------------------------
 

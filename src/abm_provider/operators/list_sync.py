@@ -8,12 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from abm_provider.accounts.sources import AccountSource, SqlSource, detect_file_format, open_file_source
 from abm_provider.accounts.sync.engine import ListSync
 from abm_provider.accounts.sync.lock import check_lock_timeout, open_state
-from abm_provider.accounts.sync.options import MODES, Mode, SyncOptions
+from abm_provider.accounts.sync.options import (
+    FULL_RESYNC_REMOVE_ONLY,
+    MODES,
+    ONE_DAY,
+    Mode,
+    SyncOptions,
+    check_delay,
+    check_options,
+    check_retention,
+)
 from abm_provider.accounts.sync.state import DEFAULT_PREFIX, StateTables
 from abm_provider.accounts.validation import MAX_BATCH_SIZE, AccountValidator
 from abm_provider.assets import warehouse_asset
@@ -42,6 +52,19 @@ def _as_bool(value: Any, name: str) -> bool:
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
     raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def _as_limit(value: Any, name: str) -> int | float | None:
+    """A limit given as a number or ``None`` or, once rendered from a template, as its text."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() in ("none", "null", ""):
+            return None
+        try:
+            value = float(text) if any(c in text for c in ".eE") else int(text)
+        except ValueError:
+            raise ValueError(f"{name} must be a count, a fraction in [0, 1) or None, got {value!r}") from None
+    return check_limit(value, name)
 
 
 def _as_mode(value: Any) -> Mode:
@@ -75,8 +98,21 @@ class AccountListSyncOperator(AccountSourceOperator):
     :param sql: source query (templated; ``.sql`` files are templates), run with ``sql_conn_id``.
     :param accounts_path: source file, ``.csv`` or ``.parquet`` (templated); needs ``state_conn_id``.
     :param column_map: ``{api_field: source_column}`` for ``id``, ``name``, ``crmOrgId``, ``crmType``.
-    :param mode: ``"mirror"`` (default: add what joined, remove what left) or ``"add_only"`` (never
-        remove). Templated.
+    :param mode: ``"mirror"`` (default: add what joined, remove what left), ``"add_only"`` (never
+        remove) or ``"remove_only"`` (never add: an exclusion list that only shrinks). Templated.
+    :param max_removals: the removals one run may make before it stops with nothing sent: an int
+        count, a float fraction in [0, 1) of the recorded members, or ``None`` (any). Default
+        ``0.25``. A stopped run keeps its plan and fails with ``SyncGuardTripped``, whose message
+        gives both figures. Templated (a rendered ``"None"``, number or fraction is accepted).
+    :param allow_empty_source: let a run that removes go on when the source holds no rows (default
+        ``False``: it stops, as an empty source is far more often a broken upstream job). Templated.
+    :param retry_not_found_after: an account the service did not find is sent again after this many
+        seconds (or a ``timedelta``) on the service's clock; ``None`` holds it until one of its
+        values changes. Default one day.
+    :param full_resync: send every valid source row again, member or not, and rebuild the recorded
+        membership from the answers: for a list changed outside the sync. Templated.
+    :param log_retention_days: days the run log (``<prefix>log``) keeps a run's rows (default 30;
+        ``None`` keeps them all).
     :param dry_run: compute, log and return the plan without sending anything or changing the
         recorded membership (templated; ``"true"``/``"false"`` accepted once rendered).
     :param max_rejected: as for the warehouse loader: an int is a count of invalid rows tolerated,
@@ -94,8 +130,10 @@ class AccountListSyncOperator(AccountSourceOperator):
         with ``SyncAlreadyRunning`` (templated; default ``0``: fail at once and leave the waiting to
         the task's retries, so a stuck sync does not hold a worker slot per waiting task).
     :return: ``{"to_add", "to_remove", "added", "removed", "duplicates", "not_found", "rejected",
-        "dry_run", "held", "source_rows", "list_id", "mode", "state_count"[, "service_count"]}``:
-        counts only, never accounts. ``held`` counts rows refused before and skipped.
+        "dry_run", "held", "source_rows", "list_id", "mode", "run_id", "guard", "state_count"
+        [, "service_count"]}``: counts only, never accounts. ``held`` counts rows refused before and
+        skipped; ``run_id`` finds the run's rows in the run log; ``guard`` names the guard a dry run's
+        plan would trip (``"max_removals"`` or ``"allow_empty_source"``), else ``None``.
     """
 
     template_fields: Sequence[str] = (
@@ -113,6 +151,9 @@ class AccountListSyncOperator(AccountSourceOperator):
         "state_schema",
         "default_crm_org_id",
         "lock_timeout",
+        "max_removals",
+        "allow_empty_source",
+        "full_resync",
     )
     #: The ``dry_run`` argument, under its own name. It hides ``BaseOperator.dry_run()``, the method
     #: behind Airflow 2's ``airflow tasks test --dry-run``; nothing in Airflow 3 calls it.
@@ -143,6 +184,11 @@ class AccountListSyncOperator(AccountSourceOperator):
         progress_interval: float = 30.0,
         drift_check: bool = True,
         lock_timeout: float | str = 0,
+        max_removals: int | float | str | None = 0.25,
+        allow_empty_source: bool | str = False,
+        retry_not_found_after: float | timedelta | None = ONE_DAY,
+        full_resync: bool | str = False,
+        log_retention_days: float | None = 30.0,
         **kwargs: Any,
     ) -> None:
         given = [n for n, v in (("table", table), ("sql", sql), ("accounts_path", accounts_path)) if v]
@@ -170,6 +216,14 @@ class AccountListSyncOperator(AccountSourceOperator):
         )
         if not is_deferred(lock_timeout):
             check_lock_timeout(lock_timeout)
+        check_known(_as_limit, max_removals, "max_removals")
+        check_known(_as_bool, allow_empty_source, "allow_empty_source")
+        check_known(_as_bool, full_resync, "full_resync")
+        check_delay(retry_not_found_after, "retry_not_found_after")
+        check_retention(log_retention_days)
+        resync_known = not is_deferred(mode) and not is_deferred(full_resync)
+        if resync_known and mode == "remove_only" and _as_bool(full_resync, "full_resync"):
+            raise ValueError(FULL_RESYNC_REMOVE_ONLY)
         if table and sql_conn_id and not is_deferred(table) and not is_deferred(sql_conn_id):
             kwargs.setdefault("inlets", [warehouse_asset(sql_conn_id, table)])
         super().__init__(**kwargs)
@@ -195,6 +249,11 @@ class AccountListSyncOperator(AccountSourceOperator):
         self.progress_interval = progress_interval
         self.drift_check = drift_check
         self.lock_timeout = lock_timeout
+        self.max_removals = max_removals
+        self.allow_empty_source = allow_empty_source
+        self.retry_not_found_after = check_delay(retry_not_found_after, "retry_not_found_after")
+        self.full_resync = full_resync
+        self.log_retention_days = log_retention_days
         self._lineage: dict[str, Any] | None = None
 
     def _source(self) -> AccountSource:
@@ -217,7 +276,7 @@ class AccountListSyncOperator(AccountSourceOperator):
             run_id = context.get("run_id") or getattr(context.get("ti"), "run_id", None)
             if not run_id:
                 raise ValueError("no run_id in the task context")
-            return SyncOptions(
+            options = SyncOptions(
                 list_id=self.list_id,
                 run_id=str(run_id),
                 mode=_as_mode(self.mode),
@@ -227,7 +286,14 @@ class AccountListSyncOperator(AccountSourceOperator):
                 max_in_flight=self.max_in_flight,
                 progress_interval=self.progress_interval,
                 lock_timeout=check_lock_timeout(self.lock_timeout),
+                max_removals=_as_limit(self.max_removals, "max_removals"),
+                allow_empty_source=_as_bool(self.allow_empty_source, "allow_empty_source"),
+                retry_not_found_after=self.retry_not_found_after,
+                full_resync=_as_bool(self.full_resync, "full_resync"),
+                log_retention_days=self.log_retention_days,
             )
+            check_options(options)
+            return options
         except ValueError as err:
             raise AirflowFailException(str(err)) from err
 
@@ -267,12 +333,17 @@ class AccountListSyncOperator(AccountSourceOperator):
         if options.dry_run and summary["rejected"]:
             self.log.warning("%d rows would be refused as invalid (not recorded)", summary["rejected"])
         elif summary["rejected"] or summary["not_found"]:
+            retry = options.retry_not_found_after
             self.log.warning(
-                "%d rows refused as invalid and %d accounts not found by the service in this run; "
-                "they are in %s with their reasons and are not sent again until they change",
+                "%d rows refused as invalid and %d accounts not found by the service in this run; they "
+                "are in %s with their reasons (run log: %s, run id %s). Invalid rows are not sent again "
+                "until they change; accounts not found are sent again %s",
                 summary["rejected"],
                 summary["not_found"],
                 tables.rejects,
+                tables.log,
+                options.run_id,
+                "when they change" if retry is None else f"after {timedelta(seconds=retry)}",
             )
         self.log.info("Sync of list %s done: %s", options.list_id, summary)
         self._lineage = {"list_id": options.list_id, "summary": summary}

@@ -11,6 +11,11 @@ module of its own:
    transaction with the run's progress, so a retry or a re-run after a kill resumes after the last
    recorded batch.
 
+Before the plan is sent, the guards (:mod:`~abm_provider.accounts.sync.guards`) check how much it
+removes and whether the source was empty; a tripped guard keeps the plan and fails the task with
+:class:`~abm_provider.exceptions.SyncGuardTripped`, having sent nothing. Each run also trims the run
+log to ``log_retention_days``.
+
 A run that finds another run's plan left unfinished completes it first, so the recorded membership
 never loses a change that may have reached the service. What the run returns is read back from its
 row in the runs table (:mod:`~abm_provider.accounts.sync.summary`).
@@ -25,19 +30,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from abm_provider.accounts.sync.clock import ServiceClock
 from abm_provider.accounts.sync.lock import check_lock_timeout, hold_list_lock
-from abm_provider.accounts.sync.options import MODES, SyncOptions
+from abm_provider.accounts.sync.options import MODES, SyncOptions, check_options
 from abm_provider.accounts.sync.plan import Planner
 from abm_provider.accounts.sync.recording import Recorder
 from abm_provider.accounts.sync.sending import PlannedRun, Sender, unfinished_runs
+from abm_provider.accounts.sync.state import utc_now
 from abm_provider.accounts.sync.summary import check_drift, member_count, read_summary
 from abm_provider.common.rejects import check_limit
 
 if TYPE_CHECKING:
     from abm_provider.accounts.sources import AccountSource
     from abm_provider.accounts.sync.database import StateDatabase
+    from abm_provider.accounts.sync.guards import Tripped
     from abm_provider.accounts.sync.state import StateTables
     from abm_provider.accounts.validation import AccountValidator
     from abm_provider.hooks.abm import AbmHook
@@ -57,6 +66,7 @@ class ListSync:
     ) -> None:
         check_limit(options.max_rejected, "max_rejected")
         check_lock_timeout(options.lock_timeout)
+        check_options(options)
         if options.mode not in MODES:
             raise ValueError(f"mode must be one of {list(MODES)}, got {options.mode!r}")
         self.db = db
@@ -65,8 +75,10 @@ class ListSync:
         self.validator = validator
         self.new_hook = new_hook
         self.log = log or logging.getLogger(__name__)
-        self.planner = Planner(db, tables, options, validator, self.log)
-        self.sender = Sender(db, tables, options, new_hook, Recorder(db, tables, options.list_id), self.log)
+        self.clock = ServiceClock()
+        self.recorder = Recorder(db, tables, options, self.clock)
+        self.planner = Planner(db, tables, options, validator, self.clock, self.log)
+        self.sender = Sender(db, tables, options, new_hook, self.recorder, self.log)
 
     def run(self, source: AccountSource) -> dict[str, Any]:
         """Take the list's lock, then plan, send and record one run; return its summary (counts only).
@@ -86,6 +98,7 @@ class ListSync:
 
     def _run(self, source: AccountSource) -> dict[str, Any]:
         """Complete what earlier runs left unfinished, then plan and send this run (or resume it)."""
+        self._read_service_clock()
         unfinished = unfinished_runs(self.db, self.tables, self.options.list_id)
         if self.options.dry_run:
             if unfinished:
@@ -93,9 +106,15 @@ class ListSync:
                     "Runs %s left plans unfinished; the next real run completes them before planning",
                     [u.run_id for u in unfinished],
                 )
-            self._plan(source)
+            tripped = self._plan(source)
             self._log_plan()
+            if tripped is not None:
+                self.log.warning(
+                    "%s (dry run: reported, not enforced)",
+                    tripped.error(self.options, self.db.names(self.tables).plan),
+                )
             return self.summary()
+        self._trim_log()
         own = None
         for earlier in unfinished:
             if earlier.run_id == self.options.run_id:
@@ -115,14 +134,44 @@ class ListSync:
             )
             self._send_run(own)
         else:
-            self._plan(source)
+            tripped = self._plan(source)
             self._log_plan()
+            if tripped is not None:
+                raise tripped.error(self.options, self.db.names(self.tables).plan)
             self._send_run(self._planned(self.options.run_id))
         return self.summary()
 
-    def _plan(self, source: AccountSource) -> None:
+    def _read_service_clock(self) -> None:
+        """Align the clock that times not-found retries with the service's (one cheap request).
+
+        Skipped when not-found accounts are held until they change: then no delay is measured.
+        """
+        if self.options.retry_not_found_after is None:
+            return
+        hook = self.new_hook()
+        try:
+            self.clock.set_to(hook.service_time())
+        finally:
+            hook.close()
+        if abs(self.clock.offset) > timedelta(minutes=5):
+            self.log.warning(
+                "The service's clock is %s away from this worker's; not-found retries are timed by the "
+                "service's",
+                self.clock.offset,
+            )
+
+    def _trim_log(self) -> None:
+        """Drop the list's run-log rows older than ``log_retention_days``."""
+        days = self.options.log_retention_days
+        if days is None:
+            return
+        gone = self.recorder.forget_old_log(utc_now() - timedelta(days=days))
+        if gone:
+            self.log.info("Run log: %d rows older than %g days removed", gone, days)
+
+    def _plan(self, source: AccountSource) -> Tripped | None:
         """Stage the source and write this run's plan, its new rejects and its row, all or nothing."""
-        self.planner.plan(source)
+        return self.planner.plan(source)
 
     def _log_plan(self) -> None:
         """Log the plan's counts and a sample, so a dry run (or a surprise) is readable in the log."""

@@ -4,13 +4,18 @@ The source is streamed once: each row is validated and hashed, and written in bu
 table on the state connection. The change is then computed in SQL, so memory stays flat whatever the
 source's size:
 
-- accounts whose membership key ``(id, crmOrgId)`` is not on the list by our record are added,
-  unless a row with the same values was refused before (those are skipped, counted as ``held``);
-- in ``mirror`` mode, members whose key left the source are removed;
+- accounts whose membership key ``(id, crmOrgId)`` is not on the list by our record are added
+  (except in ``remove_only`` mode), unless a row with the same values was refused before (those are
+  skipped, counted as ``held``); an account the service did not find is held only until
+  ``retry_not_found_after`` has passed on the service's clock;
+- with ``full_resync``, every valid source row is added again, member or not, held or not, so the
+  recorded membership is rebuilt from the service's answers;
+- in ``mirror`` and ``remove_only`` modes, members whose key left the source are removed;
 - rows that fail validation are recorded in the rejects table with their reason.
 
-The plan, the new rejects and the run's row commit together, so a crash leaves either no plan or a
-whole one.
+The plan is then checked by the guards (:mod:`~abm_provider.accounts.sync.guards`). The plan, the new
+rejects, the run log's ``invalid`` and ``held`` rows and the run's row commit together, so a crash
+leaves either no plan or a whole one; a plan a guard stopped is kept with nothing else recorded.
 """
 
 from __future__ import annotations
@@ -21,13 +26,24 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from abm_provider.accounts.sync.state import DRY_RUN, SENDING, utc_now
+from abm_provider.accounts.sync.guards import Tripped, check_plan
+from abm_provider.accounts.sync.state import (
+    BLOCKED,
+    DRY_RUN,
+    INVALID_ACTION,
+    NOT_FOUND_ACTION,
+    SENDING,
+    utc_now,
+)
+from abm_provider.accounts.sync.summary import member_count
 from abm_provider.common.rejects import TooManyRejects, check_rejects, describe_reject, raw_json
 
 if TYPE_CHECKING:
     from abm_provider.accounts.sources import AccountSource
+    from abm_provider.accounts.sync.clock import ServiceClock
     from abm_provider.accounts.sync.database import StateDatabase
     from abm_provider.accounts.sync.options import SyncOptions
     from abm_provider.accounts.sync.state import StateTables
@@ -88,20 +104,25 @@ class Planner:
     tables: StateTables
     options: SyncOptions
     validator: AccountValidator
+    clock: ServiceClock
     log: logging.Logger | Any
 
-    def plan(self, source: AccountSource) -> None:
-        """Stage the source, compute the change in SQL, and commit plan, rejects and run row together."""
+    def plan(self, source: AccountSource) -> Tripped | None:
+        """Stage the source, compute the change in SQL, and commit plan, rejects and run row together.
+
+        Returns the guard the plan tripped, if any: its plan is then kept, marked ``blocked``.
+        """
         names = self.db.names(self.tables)
         stage = f"abm_sync_source_{uuid.uuid4().hex[:12]}"
         self.db.execute(f"CREATE TEMPORARY TABLE {stage} ({_stage_columns(self.db.dialect)})")
         try:
             source_rows = self._stage(source, stage)
             with self.db.transaction():
-                self._write_plan(stage, source_rows)
+                tripped = self._write_plan(stage, source_rows)
             self.db.analyze(names.plan)
         finally:
             self.db.execute(f"DROP TABLE IF EXISTS {stage}")
+        return tripped
 
     def _stage(self, source: AccountSource, stage: str) -> int:
         """Validate and hash every source row into the temporary table; return how many were read."""
@@ -141,12 +162,25 @@ class Planner:
         self.log.info("Planning: %d source rows read in %.1f s", count, time.monotonic() - started)
         return count
 
-    def _write_plan(self, stage: str, source_rows: int) -> None:
+    def _refused(self) -> tuple[str, list[Any]]:
+        """A condition on source row ``s``: refused before with the same values, and still held.
+
+        An account the service did not find is held until ``retry_not_found_after`` has passed.
+        """
+        options = self.options
+        rejects = self.db.names(self.tables).rejects
+        held = f"SELECT 1 FROM {rejects} r WHERE r.list_id = ? AND r.row_hash = s.row_hash"
+        if options.retry_not_found_after is None:
+            return held, [options.list_id]
+        cutoff = self.clock.now() - timedelta(seconds=options.retry_not_found_after)
+        return f"{held} AND (r.action <> ? OR r.recorded_at > ?)", [options.list_id, NOT_FOUND_ACTION, cutoff]
+
+    def _write_plan(self, stage: str, source_rows: int) -> Tripped | None:
         """Replace this run's plan and row with the change between ``stage`` and the members."""
         names = self.db.names(self.tables)
         options = self.options
         run = [options.list_id, options.run_id]
-        # Plans of finished runs and dry runs go; a plan left unfinished stays until it is completed.
+        # Plans of finished, stopped and dry runs go; a plan left unfinished stays until it is completed.
         self.db.execute(
             f"DELETE FROM {names.plan} WHERE list_id = ? AND (run_id = ? OR run_id IN "
             f"(SELECT run_id FROM {names.runs} WHERE list_id = ? AND status <> ?))",
@@ -154,23 +188,32 @@ class Planner:
         )
         self.db.execute(f"DELETE FROM {names.runs} WHERE list_id = ? AND run_id = ?", run)
         firsts = (
-            "SELECT account_id, crm_org_id, crm_type, account_name, row_hash, ROW_NUMBER() OVER "
+            "SELECT record, account_id, crm_org_id, crm_type, account_name, row_hash, ROW_NUMBER() OVER "
             f"(PARTITION BY account_id, crm_org_id ORDER BY record) AS nth FROM {stage} WHERE reason IS NULL"
         )
-        refused = f"SELECT 1 FROM {names.rejects} r WHERE r.list_id = ? AND r.row_hash = s.row_hash"
+        refused, refused_params = self._refused()
         member = (
             f"SELECT 1 FROM {names.members} m WHERE m.list_id = ? AND m.account_id = s.account_id "
             "AND m.crm_org_id = s.crm_org_id"
         )
+        # Rows that would be added, less those held as refused before (a full resync holds none).
+        if options.full_resync:
+            to_add, to_add_params = "s.nth = 1", []
+            skipped, skipped_params = "1 = 0", []
+        else:
+            to_add = f"s.nth = 1 AND NOT EXISTS ({member}) AND NOT EXISTS ({refused})"
+            to_add_params = [options.list_id, *refused_params]
+            skipped = f"s.nth = 1 AND NOT EXISTS ({member}) AND EXISTS ({refused})"
+            skipped_params = [options.list_id, *refused_params]
         columns = "list_id, run_id, action, seq, account_id, crm_org_id, crm_type, account_name, row_hash"
-        self.db.execute(
-            f"INSERT INTO {names.plan} ({columns}) SELECT ?, ?, 'add', "
-            "ROW_NUMBER() OVER (ORDER BY s.account_id, s.crm_org_id), s.account_id, s.crm_org_id, "
-            f"s.crm_type, s.account_name, s.row_hash FROM ({firsts}) s "
-            f"WHERE s.nth = 1 AND NOT EXISTS ({member}) AND NOT EXISTS ({refused})",
-            [*run, options.list_id, options.list_id],
-        )
-        if options.mode == "mirror":
+        if options.adds:
+            self.db.execute(
+                f"INSERT INTO {names.plan} ({columns}) SELECT ?, ?, 'add', "
+                "ROW_NUMBER() OVER (ORDER BY s.account_id, s.crm_org_id), s.account_id, s.crm_org_id, "
+                f"s.crm_type, s.account_name, s.row_hash FROM ({firsts}) s WHERE {to_add}",
+                [*run, *to_add_params],
+            )
+        if options.removes:
             self.db.execute(
                 f"INSERT INTO {names.plan} ({columns}) SELECT ?, ?, 'remove', "
                 "ROW_NUMBER() OVER (ORDER BY m.account_id, m.crm_org_id), m.account_id, m.crm_org_id, "
@@ -186,44 +229,74 @@ class Planner:
             )
         )
         new_invalid = f"FROM {stage} s WHERE s.reason IS NOT NULL AND NOT EXISTS ({refused})"
-        rejected = self._count(new_invalid, [options.list_id])
-        refused_before = self._count(
-            f"FROM ({firsts}) s WHERE s.nth = 1 AND NOT EXISTS ({member}) AND EXISTS ({refused})",
-            [options.list_id, options.list_id],
-        ) + self._count(
-            f"FROM {stage} s WHERE s.reason IS NOT NULL AND EXISTS ({refused})", [options.list_id]
-        )
-        self._check_rejected(rejected, source_rows, stage, refused)
-        now = utc_now()
-        if not options.dry_run:
-            self.db.execute(
-                f"INSERT INTO {names.rejects} (list_id, run_id, action, account_id, crm_org_id, "
-                "row_hash, reason, record, line, raw, recorded_at) SELECT ?, ?, 'invalid', s.account_id, "
-                f"s.crm_org_id, s.row_hash, s.reason, s.record, s.line, s.raw, ? {new_invalid}",
-                [*run, now, options.list_id],
-            )
+        held_invalid = f"FROM {stage} s WHERE s.reason IS NOT NULL AND EXISTS ({refused})"
+        held_valid = f"FROM ({firsts}) s WHERE {skipped}" if options.adds else None
+        rejected = self._count(new_invalid, refused_params)
+        held = self._count(held_invalid, refused_params)
+        if held_valid is not None:
+            held += self._count(held_valid, skipped_params)
+        self._check_rejected(rejected, source_rows, stage, refused, refused_params)
+        adding, removing = int(counts.get("add", 0)), int(counts.get("remove", 0))
+        members = member_count(self.db, self.tables, options.list_id)
+        tripped = check_plan(options, source_rows, removing, members)
+        if options.dry_run:
+            status = DRY_RUN
+        elif tripped is not None:
+            status = BLOCKED
+        else:
+            status = SENDING
+            self._record_refusals(new_invalid, held_invalid, held_valid, refused_params, skipped_params)
         self.db.execute(
             f"INSERT INTO {names.runs} (list_id, run_id, mode, status, source_rows, to_add, to_remove, "
             "add_done, remove_done, added, removed, duplicates, not_found, rejected, held, started_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, 0, ?, ?, ?)",
-            [
-                *run,
-                options.mode,
-                DRY_RUN if options.dry_run else SENDING,
-                source_rows,
-                int(counts.get("add", 0)),
-                int(counts.get("remove", 0)),
-                rejected,
-                refused_before,
-                now,
-            ],
+            [*run, options.mode, status, source_rows, adding, removing, rejected, held, utc_now()],
+        )
+        return tripped
+
+    def _record_refusals(
+        self,
+        new_invalid: str,
+        held_invalid: str,
+        held_valid: str | None,
+        refused_params: list[Any],
+        skipped_params: list[Any],
+    ) -> None:
+        """Log the new invalid rows as ``invalid``, the held ones as ``held``; then record the new ones."""
+        names = self.db.names(self.tables)
+        options = self.options
+        run = [options.list_id, options.run_id]
+        now = utc_now()
+        logged = (
+            f"INSERT INTO {names.log} (list_id, run_id, action, outcome, account_id, crm_org_id, reason, "
+            "record, logged_at) SELECT ?, ?, 'none', ?, s.account_id, s.crm_org_id, {reason}, s.record, ? "
+        )
+        self.db.execute(
+            logged.format(reason="s.reason") + new_invalid, [*run, "invalid", now, *refused_params]
+        )
+        why = f"(SELECT MAX(r.reason) FROM {names.rejects} r WHERE r.list_id = ? AND r.row_hash = s.row_hash)"
+        self.db.execute(
+            logged.format(reason=why) + held_invalid, [*run, "held", options.list_id, now, *refused_params]
+        )
+        if held_valid is not None:
+            self.db.execute(
+                logged.format(reason=why) + held_valid, [*run, "held", options.list_id, now, *skipped_params]
+            )
+        # Last: until the new invalid rows are rejects, the queries above cannot take them for held ones.
+        self.db.execute(
+            f"INSERT INTO {names.rejects} (list_id, run_id, action, account_id, crm_org_id, "
+            "row_hash, reason, record, line, raw, recorded_at) SELECT ?, ?, ?, s.account_id, "
+            f"s.crm_org_id, s.row_hash, s.reason, s.record, s.line, s.raw, ? {new_invalid}",
+            [*run, INVALID_ACTION, self.clock.now(), *refused_params],
         )
 
     def _count(self, rows: str, params: list[Any]) -> int:
         """``SELECT COUNT(*)`` of ``rows`` (a ``FROM ...`` clause)."""
         return int(self.db.value(f"SELECT COUNT(*) {rows}", params) or 0)
 
-    def _check_rejected(self, rejected: int, source_rows: int, stage: str, refused: str) -> None:
+    def _check_rejected(
+        self, rejected: int, source_rows: int, stage: str, refused: str, refused_params: list[Any]
+    ) -> None:
         """Fail past ``max_rejected``; a dry run only warns, so a preview shows the whole plan.
 
         Nothing is recorded when this raises, so the next run meets the same rows and fails the same
@@ -235,7 +308,7 @@ class Planner:
                 self.options.max_rejected,
                 total=source_rows,
                 what="source rows are invalid",
-                examples=self._examples(stage, refused),
+                examples=self._examples(stage, refused, refused_params),
                 rejects_path=None,
                 outcome="Nothing was sent or recorded.",
             )
@@ -244,12 +317,12 @@ class Planner:
                 raise
             self.log.warning("%s (dry run: reported, not enforced)", err)
 
-    def _examples(self, stage: str, refused: str) -> list[str]:
+    def _examples(self, stage: str, refused: str, refused_params: list[Any]) -> list[str]:
         """The first invalid rows not refused before, for the error message."""
         rows = self.db.rows(
             f"SELECT record, reason FROM {stage} s WHERE s.reason IS NOT NULL AND NOT EXISTS ({refused}) "
             f"ORDER BY record LIMIT {_SAMPLE}",
-            [self.options.list_id],
+            refused_params,
         )
         return [describe_reject(reason, record) for record, reason in rows]
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from abm_provider.accounts.sync.splitting import SplitResult, send_splitting
 from abm_provider.accounts.sync.state import SENDING
 from abm_provider.common.concurrency import PerThread, in_order
 
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
     from abm_provider.accounts.sync.recording import Recorder
     from abm_provider.accounts.sync.state import StateTables
     from abm_provider.hooks.abm import AbmHook
-    from abm_provider.hooks.results import AccountsResult
 
 #: Plan rows ``start`` to ``end`` of one action, and the rows themselves.
 Batch = tuple[int, int, list[tuple[Any, ...]]]
@@ -103,11 +103,14 @@ class Sender:
             return
         options = self.options
 
-        def send(batch: Batch) -> AccountsResult:
+        def send(batch: Batch) -> SplitResult:
             accounts = [_payload(row, action) for row in batch[2]]
             client = hook()
             call = client.add_accounts if action == "add" else client.remove_accounts
-            return call(options.list_id, accounts, batch_size=options.batch_size, keep_not_found=True)
+            return send_splitting(
+                lambda part: call(options.list_id, part, batch_size=options.batch_size, keep_not_found=True),
+                accounts,
+            )
 
         started = last = time.monotonic()
         sent = 0
@@ -117,7 +120,7 @@ class Sender:
             if action == "add":
                 self.recorder.record_added(run.run_id, start, end, rows, result)
             else:
-                self.recorder.record_removed(run.run_id, start, end, result)
+                self.recorder.record_removed(run.run_id, start, end, rows, result)
             sent += len(rows)
             if action == "add" and recorded & (recorded - 1) == 0:
                 # Statistics taken while the list was small would have the planner hash all of the

@@ -1,17 +1,20 @@
 """The list sync's state tables in the warehouse, and the SQL that reads and writes them.
 
-Four tables, created on first use, shared by every list the sync keeps (each row carries its list):
+Five tables, created on first use, shared by every list the sync keeps (each row carries its list):
 
 - ``<prefix>members``: what each list holds by our record, one row per ``(account_id, crm_org_id)``
   membership key. ``crm_org_id`` is ``''`` when the row gave none (the service then uses the
   customer's CRM org), so keys compare with ``=`` on every database.
 - ``<prefix>plan``: each run's change set, numbered per action, so a retry resumes after the last
   batch recorded instead of sending it all again. A list keeps only its latest runs' plans.
-- ``<prefix>rejects``: rows refused (invalid before sending, or not found by the service), with the
-  reason and a hash of the values; a row with the same hash is skipped, not sent again (the runs
-  table counts the rows skipped so in its ``held`` column).
+- ``<prefix>rejects``: rows refused (invalid before sending, refused by the service with ``400``, or
+  not found by it), with the reason and a hash of the values; a row with the same hash is skipped,
+  not sent again (the runs table counts the rows skipped so in its ``held`` column), except an
+  account not found, which is sent again once ``retry_not_found_after`` has passed.
 - ``<prefix>runs``: one row per list and run: mode, status, the plan's counts, how far each action
   got, and what the service answered.
+- ``<prefix>log``: the run log, one row per account a run acted on or skipped: its action and
+  outcome (:data:`OUTCOMES`) with the reason, kept ``log_retention_days``.
 
 Every value is passed as a bind parameter; only the identifiers, checked as plain names, are spliced
 into the SQL text.
@@ -39,6 +42,30 @@ SENDING = "sending"
 DONE = "done"
 #: Status of a preview: the plan is written, nothing was sent and the membership is unchanged.
 DRY_RUN = "dry_run"
+#: Status of a run a guard stopped: the plan is kept to be read, nothing was sent or recorded.
+BLOCKED = "blocked"
+#: What the run log says happened to an account: sent and answered (``added``, ``removed``,
+#: ``duplicate`` when the list already was as asked, ``not_found``), refused (``invalid``, by our
+#: checks or by the service's ``400``), or skipped as refused before with the same values (``held``).
+OUTCOMES: tuple[str, ...] = ("added", "removed", "duplicate", "not_found", "invalid", "held")
+#: The run log's columns, in the order its rows are written.
+LOG_COLUMNS: tuple[str, ...] = (
+    "list_id",
+    "run_id",
+    "action",
+    "outcome",
+    "account_id",
+    "crm_org_id",
+    "reason",
+    "record",
+    "logged_at",
+)
+#: The rejects table's ``action`` of each kind of reject: an account the service did not find (the
+#: add it answered; sent again once ``retry_not_found_after`` has passed), an account the service
+#: refused with ``400``, and a row our checks refused before sending.
+NOT_FOUND_ACTION = "add"
+REFUSED_ACTION = "refused"
+INVALID_ACTION = "invalid"
 #: The runs table's count columns, in order.
 _RUN_COUNTS = (
     "source_rows",
@@ -72,16 +99,18 @@ class TableSql:
     plan: str
     rejects: str
     runs: str
+    log: str
 
 
 @dataclass(frozen=True)
 class StateTables:
-    """The names of the four state tables: ``[schema.]<prefix>{members,plan,rejects,runs}``."""
+    """The names of the state tables: ``[schema.]<prefix>{members,plan,rejects,runs,log}``."""
 
     members: TableName
     plan: TableName
     rejects: TableName
     runs: TableName
+    log: TableName
 
     @classmethod
     def named(cls, prefix: str = DEFAULT_PREFIX, schema: str | None = None) -> StateTables:
@@ -93,11 +122,12 @@ class StateTables:
         def table(name: str) -> TableName:
             return TableName(schema, prefix + name)
 
-        return cls(table("members"), table("plan"), table("rejects"), table("runs"))
+        return cls(table("members"), table("plan"), table("rejects"), table("runs"), table("log"))
 
     def in_sql(self, dialect: Dialect) -> TableSql:
         """The tables' names as ``dialect`` writes them in SQL."""
-        return TableSql(*(dialect.table_sql(t) for t in (self.members, self.plan, self.rejects, self.runs)))
+        tables = (self.members, self.plan, self.rejects, self.runs, self.log)
+        return TableSql(*(dialect.table_sql(t) for t in tables))
 
     def lock_key(self, list_id: str | None = None) -> str:
         """The name of the lock of one list's sync on these tables, or of creating them (no ``list_id``).
@@ -135,4 +165,7 @@ class StateTables:
             f"CREATE TABLE IF NOT EXISTS {dialect.table_sql(self.runs)} (list_id {key}, run_id {key}, "
             f"mode {word}, status {word}, {counts}, started_at {at} NOT NULL, finished_at {at}, "
             "PRIMARY KEY (list_id, run_id))",
+            f"CREATE TABLE IF NOT EXISTS {dialect.table_sql(self.log)} (list_id {key}, run_id {key}, "
+            f"action {action}, outcome {word}, account_id {text}, crm_org_id {text}, reason {long_text}, "
+            f"record BIGINT, logged_at {at} NOT NULL{dialect.key_index_sql(['list_id', 'run_id'])})",
         ]

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from abm_provider.accounts.sync.state import DRY_RUN
+from abm_provider.accounts.sync.guards import check_plan
+from abm_provider.accounts.sync.state import BLOCKED, DRY_RUN
 from abm_provider.exceptions import AbmApiError
 
 if TYPE_CHECKING:
@@ -37,8 +38,11 @@ _COUNTS = tuple(key for key in SUMMARY_KEYS if key != "dry_run")
 def read_summary(db: StateDatabase, tables: StateTables, options: SyncOptions) -> dict[str, Any]:
     """The run's counts from its row in the runs table (cumulative over the run's tries).
 
-    ``held`` counts the rows refused in an earlier run with the same values, so skipped.
+    ``held`` counts the rows refused in an earlier run with the same values, so skipped. ``run_id``
+    finds the run's rows in the run log. ``guard`` names the guard a dry run's plan would trip (or
+    that stopped the run), else ``None``: what an approval step reads.
     """
+
     names = db.names(tables)
     row = db.rows(
         f"SELECT {', '.join(_COUNTS)}, status, held, source_rows FROM {names.runs} "
@@ -52,7 +56,12 @@ def read_summary(db: StateDatabase, tables: StateTables, options: SyncOptions) -
     summary["source_rows"] = int(source_rows)
     summary["list_id"] = options.list_id
     summary["mode"] = options.mode
+    summary["run_id"] = options.run_id
     summary["state_count"] = member_count(db, tables, options.list_id)
+    tripped = None
+    if status in (DRY_RUN, BLOCKED):
+        tripped = check_plan(options, summary["source_rows"], summary["to_remove"], summary["state_count"])
+    summary["guard"] = None if tripped is None else tripped.guard
     return summary
 
 
