@@ -955,6 +955,21 @@ class SyncSection:
         result["accounts_sent"] = result["to_add"] + result["to_remove"]
         return result
 
+    def bare(self, emulator: Any, warehouse: str) -> dict[str, Any]:
+        """The bare request loop (the lists section's) posting the source's accounts to a new list."""
+        params = {
+            "list_id": self.fresh_list(emulator),
+            "sql": f"SELECT account_id, account_name, crm_org_id FROM {bench_cases.SYNC_TABLE}",
+            "duckdb_path": self.duckdb_path,
+            "pg_dsn": PG_DSN if warehouse == "postgres" else None,
+            "base_url": emulator.base_url,
+            "api_key": emulator.api_key,
+        }
+        result = self.bench.run_case("bare_list_sync", params)
+        if result["added"] != self.count:
+            raise RuntimeError(f"the bare loop added {result['added']} of {self.count} accounts")
+        return result
+
     def expect(self, run: dict[str, Any], which: str, add: int, remove: int) -> None:
         """The runs must have planned and sent exactly the change, or their figures mean nothing."""
         got = (run["to_add"], run["to_remove"], run["added"], run["removed"], run["state_count"])
@@ -973,11 +988,12 @@ class SyncSection:
         )
         with bench.emulator() as emulator:
             for warehouse, label in SYNC_WAREHOUSES:
-                runs: dict[str, list[dict[str, Any]]] = {"first": [], "second": []}
+                runs: dict[str, list[dict[str, Any]]] = {"first": [], "second": [], "bare": []}
                 try:
                     for number in range(1, repeats + 1):
-                        list_id = self.fresh_list(emulator)
                         self.seed(warehouse)
+                        bare = self.bare(emulator, warehouse)
+                        list_id = self.fresh_list(emulator)
                         first = self.sync(emulator, warehouse, list_id, "bench_run_1")
                         self.expect(first, "first", self.count, 0)
                         self.change(warehouse)
@@ -985,8 +1001,10 @@ class SyncSection:
                         self.expect(second, "second", self.half, self.half)
                         runs["first"].append(first)
                         runs["second"].append(second)
+                        runs["bare"].append(bare)
                         log(
-                            f"  run {number}/{repeats} {warehouse:<8} first {first['seconds']:6.1f} s, "
+                            f"  run {number}/{repeats} {warehouse:<8} bare loop {bare['seconds']:6.1f} s; "
+                            f"first {first['seconds']:6.1f} s, "
                             f"peak RSS {mib(first['peak_rss_kib']):4.0f} MiB; second "
                             f"{second['seconds']:6.1f} s, peak RSS {mib(second['peak_rss_kib']):4.0f} MiB"
                         )
@@ -1035,6 +1053,17 @@ class SyncSection:
                 f"{label}: run 2 / run 1 time",
                 f"{second['seconds'] / first['seconds']:.3f}x ({second['seconds']:.1f} s vs "
                 f"{first['seconds']:.1f} s)",
+                "-",
+                None,
+            )
+        )
+        bare = median_figures(runs["bare"], lambda r: {"seconds": r["seconds"]})
+        bench.checks.append(
+            Check(
+                "sync",
+                f"{label}: run 1 / bare request loop time",
+                f"{first['seconds'] / bare['seconds']:.2f}x ({first['seconds']:.1f} s vs "
+                f"{bare['seconds']:.1f} s posting the same {count:,} accounts)",
                 "-",
                 None,
             )

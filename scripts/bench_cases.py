@@ -251,14 +251,27 @@ def provider_list_sync(p: Params) -> Params:
     return {"accounts": int(summary["sent"]), "added": int(summary["added"]), "seconds": seconds}
 
 
-def bare_batches(duckdb_path: str) -> Iterator[list[dict[str, str]]]:
-    """The same rows as the operator reads, 1000 per request, as plain dicts."""
+def bare_batches(p: Params) -> Iterator[list[dict[str, str]]]:
+    """The same rows as the operator reads, 1000 per request, as plain dicts.
+
+    Read from the DuckDB file ``duckdb_path``, or with ``pg_dsn`` from PostgreSQL (a server-side cursor);
+    ``sql`` is the query, by default the lists section's.
+    """
+    sql = p.get("sql") or ACCOUNTS_SQL
+    if p.get("pg_dsn"):
+        import psycopg
+
+        with psycopg.connect(p["pg_dsn"]) as conn, conn.cursor(name="bare") as cursor:
+            cursor.execute(sql)
+            while rows := cursor.fetchmany(BATCH):
+                yield [{"id": i, "name": n, "crmOrgId": org, "crmType": "SALESFORCE"} for i, n, org in rows]
+        return
     import duckdb
 
-    with duckdb.connect(duckdb_path, read_only=True) as con:
-        cursor = con.execute(ACCOUNTS_SQL)
+    with duckdb.connect(p["duckdb_path"], read_only=True) as con:
+        cursor = con.execute(sql)
         while rows := cursor.fetchmany(BATCH):
-            yield [{"id": i, "name": name, "crmOrgId": org, "crmType": "SALESFORCE"} for i, name, org in rows]
+            yield [{"id": i, "name": n, "crmOrgId": org, "crmType": "SALESFORCE"} for i, n, org in rows]
 
 
 def bare_list_sync(p: Params) -> Params:
@@ -270,7 +283,7 @@ def bare_list_sync(p: Params) -> Params:
     started = time.perf_counter()
     with requests.Session() as session:
         session.headers["Authorization"] = f"Bearer {p['api_key']}"
-        for batch in bare_batches(p["duckdb_path"]):
+        for batch in bare_batches(p):
             response = session.post(url, json={"accounts": batch}, timeout=60)
             response.raise_for_status()
             sent += len(batch)

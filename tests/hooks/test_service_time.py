@@ -159,14 +159,16 @@ def test_a_503_on_every_attempt_raises_after_the_policy_s_attempts(
     assert srv.request_count == 3
 
 
-def test_against_the_emulator_the_time_is_near_the_wall_clock(abm_emulator: Any) -> None:
-    """The emulator's ``Date`` may come from its emulated clock or the wall clock; not yet pinned here,
-    so only: an aware UTC time in whole seconds, within a minute of this machine's (both run here)."""
+def test_against_the_emulator_the_time_is_the_emulated_clock(abm: Any) -> None:
+    """The emulator's ``Date`` is its emulated clock, moved here two days from this machine's: an aware
+    UTC time in whole seconds, within a minute of what its admin API says."""
+    abm.advance(2 * 24 * 3600)
     made = AbmHook(max_attempts=2, retry_max_wait=0.5)
     try:
         got = made.service_time()
     finally:
         made.close()
+    emulated = datetime.fromisoformat(abm.clock()["now"].replace("Z", "+00:00"))
     assert got.tzinfo is not None and got.utcoffset() == timedelta(0)
     assert got.microsecond == 0
-    assert abs(got - datetime.now(UTC)) < timedelta(minutes=1)
+    assert abs(got - emulated) < timedelta(minutes=1)

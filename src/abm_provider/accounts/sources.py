@@ -11,7 +11,7 @@ import io
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.sdk import ObjectStoragePath
 
@@ -20,6 +20,9 @@ from abm_provider.common.paths import as_storage_path, is_local
 from abm_provider.common.sql import sql_hook
 from abm_provider.warehouse.dialects import dialect_for
 from abm_provider.warehouse.schema import TableName
+
+if TYPE_CHECKING:
+    from abm_provider.warehouse.dialects import Dialect
 
 FileFormat = Literal["csv", "parquet"]
 
@@ -291,6 +294,18 @@ class SqlSource:
         self.parameters = parameters
         self.hook_params = dict(hook_params or {})
         self.fetch_size = fetch_size
+
+    def query_on(self, conn_id: str, dialect: Dialect) -> str | None:
+        """The source as one query that connection ``conn_id`` (spoken as ``dialect``) runs itself.
+
+        ``None`` when it must be read through its own connection: another connection, bound
+        parameters, or hook parameters that may change what the query sees.
+        """
+        if conn_id != self.sql_conn_id or self.parameters or self.hook_params:
+            return None
+        if self.table is not None:
+            return f"SELECT * FROM {dialect.table_sql(self.table)}"
+        return str(self.sql).strip().rstrip(";").strip() or None
 
     def get_hook(self) -> Any:
         """Resolve the connection to its provider's hook, which must be a common-sql ``DbApiHook``."""

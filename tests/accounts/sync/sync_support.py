@@ -83,13 +83,15 @@ class Warehouse:
             conn.cursor().execute(sql, list(params))
             conn.commit()
 
-    def replace_table(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        """(Re)create ``table`` as text columns holding ``rows``, in bulk."""
+    def replace_table(
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, long_text: bool = False
+    ) -> None:
+        """(Re)create ``table`` as text columns of ``rows``, in bulk (``long_text``: over 255 chars)."""
         name = self.name(table)
         with closing(self._connect()) as conn:
             cur = conn.cursor()
             cur.execute(f"DROP TABLE IF EXISTS {name}")
-            text = "VARCHAR(255)" if self.kind == "mariadb" else "VARCHAR"
+            text = ("TEXT" if long_text else "VARCHAR(255)") if self.kind == "mariadb" else "VARCHAR"
             cur.execute(f"CREATE TABLE {name} ({', '.join(f'{c} {text}' for c in columns)})")
             if rows and self.kind == "duckdb":
                 import pyarrow as pa

@@ -17,18 +17,21 @@ TABLES = StateTables.named("abm_sync_", "state")
 
 
 def test_mysql_state_tables_are_backquoted_exact_and_indexed() -> None:
-    members, _plan, rejects, runs = TABLES.create_sql(MySQLDialect(None))
+    members, _plan, rejects, runs, run_log = TABLES.create_sql(MySQLDialect(None))
     assert "`state`.`abm_sync_members`" in members
+    assert "`state`.`abm_sync_log`" in run_log
     assert "account_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL" in members
     assert "synced_at DATETIME(6) NOT NULL" in members
-    assert '"' not in members + rejects + runs
+    assert "logged_at DATETIME(6) NOT NULL" in run_log
+    assert '"' not in members + rejects + runs + run_log
     assert rejects.endswith(", INDEX _abm_key (list_id, row_hash))")
 
 
 @pytest.mark.parametrize("dialect", [PostgresDialect(None), DuckDBDialect(None)], ids=["postgres", "duckdb"])
 def test_standard_state_tables_keep_their_portable_types(dialect: Dialect) -> None:
-    members, _plan, rejects, _runs = TABLES.create_sql(dialect)
+    members, _plan, rejects, _runs, run_log = TABLES.create_sql(dialect)
     assert members.startswith('CREATE TABLE IF NOT EXISTS "state"."abm_sync_members" (')
+    assert run_log.startswith('CREATE TABLE IF NOT EXISTS "state"."abm_sync_log" (')
     assert "account_id VARCHAR(255) NOT NULL" in members
     assert "synced_at TIMESTAMP NOT NULL" in members
     assert "INDEX" not in rejects  # a planner that hashes needs none

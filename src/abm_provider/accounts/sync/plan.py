@@ -1,8 +1,8 @@
 """A sync run's plan: the source staged in the warehouse and diffed in SQL against the state tables.
 
-The source is streamed once: each row is validated and hashed, and written in bulk to a temporary
-table on the state connection. The change is then computed in SQL, so memory stays flat whatever the
-source's size:
+The source is staged once in a temporary table on the state connection, each row validated and
+hashed (:mod:`~abm_provider.accounts.sync.staging`: in SQL when the source is on that connection). The
+change is then computed in SQL, so memory stays flat whatever the source's size:
 
 - accounts whose membership key ``(id, crmOrgId)`` is not on the list by our record are added
   (except in ``remove_only`` mode), unless a row with the same values was refused before (those are
@@ -20,9 +20,7 @@ leaves either no plan or a whole one; a plan a guard stopped is kept with nothin
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,6 +28,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from abm_provider.accounts.sync.guards import Tripped, check_plan
+from abm_provider.accounts.sync.staging import Stager, stage_table_sql
 from abm_provider.accounts.sync.state import (
     BLOCKED,
     DRY_RUN,
@@ -39,7 +38,7 @@ from abm_provider.accounts.sync.state import (
     utc_now,
 )
 from abm_provider.accounts.sync.summary import member_count
-from abm_provider.common.rejects import TooManyRejects, check_rejects, describe_reject, raw_json
+from abm_provider.common.rejects import TooManyRejects, check_rejects, describe_reject
 
 if TYPE_CHECKING:
     from abm_provider.accounts.sources import AccountSource
@@ -48,52 +47,9 @@ if TYPE_CHECKING:
     from abm_provider.accounts.sync.options import SyncOptions
     from abm_provider.accounts.sync.state import StateTables
     from abm_provider.accounts.validation import AccountValidator
-    from abm_provider.warehouse.dialects import Dialect
 
-#: The temporary table's columns: a valid row has ``reason`` and ``raw`` empty, an invalid one has
-#: the reason it failed and its values as JSON.
-STAGE_COLUMNS = (
-    "record",
-    "line",
-    "account_id",
-    "crm_org_id",
-    "crm_type",
-    "account_name",
-    "row_hash",
-    "reason",
-    "raw",
-)
 #: Rows named in an error message or shown in the log per action.
 _SAMPLE = 5
-
-
-def _stage_columns(dialect: Dialect) -> str:
-    """The temporary table's columns, its keys compared exactly as the state tables' are, and where a
-    dialect needs one, the index the removals look members up by."""
-    key, text = dialect.text_sql(255), dialect.text_sql()
-    return (
-        f"record BIGINT, line BIGINT, account_id {key}, crm_org_id {key}, crm_type {key}, "
-        f"account_name {key}, row_hash {dialect.text_sql(64)} NOT NULL, reason {text}, raw {text}"
-        f"{dialect.key_index_sql(['account_id', 'crm_org_id'])}"
-    )
-
-
-def row_hash(text: str) -> str:
-    """The hash a row's values are compared by between runs (128 bits: collisions are out of reach)."""
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-
-
-def invalid_row_key(data: Any, validator: AccountValidator) -> tuple[str | None, str]:
-    """The membership key an invalid row would have, so a member whose row went bad is not removed."""
-    if not isinstance(data, Mapping):
-        return None, ""
-    raw_id = data.get(validator.column_map["id"])
-    raw_org = data.get(validator.column_map["crmOrgId"])
-    account_id = raw_id.strip() if isinstance(raw_id, str) and raw_id.strip() else None
-    org = raw_org.strip() if isinstance(raw_org, str) else ""
-    if (account_id is not None and len(account_id) > 255) or len(org) > 255:
-        return None, ""  # too long to be a key of the state tables, so no member's key either
-    return account_id, org
 
 
 @dataclass(frozen=True)
@@ -114,53 +70,15 @@ class Planner:
         """
         names = self.db.names(self.tables)
         stage = f"abm_sync_source_{uuid.uuid4().hex[:12]}"
-        self.db.execute(f"CREATE TEMPORARY TABLE {stage} ({_stage_columns(self.db.dialect)})")
+        self.db.execute(f"CREATE TEMPORARY TABLE {stage} ({stage_table_sql(self.db.dialect)})")
         try:
-            source_rows = self._stage(source, stage)
+            source_rows = Stager(self.db, self.options, self.validator, self.log).stage(source, stage)
             with self.db.transaction():
                 tripped = self._write_plan(stage, source_rows)
             self.db.analyze(names.plan)
         finally:
             self.db.execute(f"DROP TABLE IF EXISTS {stage}")
         return tripped
-
-    def _stage(self, source: AccountSource, stage: str) -> int:
-        """Validate and hash every source row into the temporary table; return how many were read."""
-        validate = self.validator.validate
-        buffer: list[tuple[Any, ...]] = []
-        count = 0
-        started = last = time.monotonic()
-        with source.open() as opened:
-            self.validator.check_columns(opened.columns, source.description)
-            for row in opened.rows:
-                count += 1
-                account, reason = validate(row.data)
-                if account is not None:
-                    org = account.get("crmOrgId", "")
-                    name = account.get("name")
-                    crm_type = account.get("crmType")
-                    values = row_hash(f"{account['id']}\x1f{name or ''}\x1f{org}\x1f{crm_type or ''}")
-                    buffer.append(
-                        (row.row_number, row.line, account["id"], org, crm_type, name, values, None, None)
-                    )
-                else:
-                    raw = raw_json(row.data)
-                    account_id, org = invalid_row_key(row.data, self.validator)
-                    buffer.append(
-                        (row.row_number, row.line, account_id, org, None, None, row_hash(raw), reason, raw)
-                    )
-                if len(buffer) >= self.options.stage_rows:
-                    self.db.stage(stage, STAGE_COLUMNS, buffer)
-                    buffer = []
-                    now = time.monotonic()
-                    if now - last >= self.options.progress_interval:
-                        last = now
-                        self.log.info(
-                            "Planning: %d source rows read (%.0f rows/s)", count, count / (now - started)
-                        )
-        self.db.stage(stage, STAGE_COLUMNS, buffer)
-        self.log.info("Planning: %d source rows read in %.1f s", count, time.monotonic() - started)
-        return count
 
     def _refused(self) -> tuple[str, list[Any]]:
         """A condition on source row ``s``: refused before with the same values, and still held.

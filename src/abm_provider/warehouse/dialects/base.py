@@ -117,6 +117,12 @@ class Dialect(ABC):
         self.options = options or DialectOptions()
         self.log = log or logging.getLogger(__name__)
 
+    @property
+    def conn_id(self) -> str | None:
+        """The Airflow connection id the hook was made for."""
+        conn_id = getattr(self.hook, str(getattr(self.hook, "conn_name_attr", "")), None)
+        return None if conn_id is None else str(conn_id)
+
     # ---- spelling ------------------------------------------------------------------------------
 
     def quote(self, name: str) -> str:
@@ -232,8 +238,7 @@ class Dialect(ABC):
 
     def identity(self, conn: Any) -> str:
         """The database this connection writes, for locks kept in the process instead of the database."""
-        conn_id = getattr(self.hook, str(getattr(self.hook, "conn_name_attr", "")), None)
-        return f"{self.name}:{type(self.hook).__name__}:{conn_id}"
+        return f"{self.name}:{type(self.hook).__name__}:{self.conn_id}"
 
     def file_locked(self, err: BaseException) -> tuple[str, int | None] | None:
         """``(path, pid)`` when connecting failed because another process has the database file open."""
@@ -258,6 +263,26 @@ class Dialect(ABC):
 
     def release_session_lock(self, cur: Any, key: str) -> None:  # noqa: B027 - optional
         """Give back the session's lock ``key``."""
+
+    # ---- rules in SQL (the loader's column rules, the list sync's planning) -----------------------
+    #: ``str()`` of the DB-API type codes of text columns, whose values reach Python as ``str``. Empty:
+    #: the list sync validates every source row in Python on this database.
+    text_type_codes: ClassVar[frozenset[str]] = frozenset()
+
+    def matches_sql(self, column: str, pattern: str) -> str | None:
+        """A condition true when ``column`` matches the regular expression ``pattern`` as a whole.
+
+        ``None`` where the database has no regular expressions the rules can rely on; the callers
+        then check in Python. ``pattern`` is a trusted constant (no quote in it).
+        """
+        return None
+
+    def md5_sql(self, parts: Sequence[str]) -> str:
+        """The hex MD5 of text expressions (none ``NULL``) joined by the unit separator ``chr(31)``.
+
+        Equal to :func:`hashlib.md5` of the same values joined by ``"\x1f"`` and encoded as UTF-8.
+        """
+        return f"md5({' || chr(31) || '.join(parts)})"
 
     # ---- catalog and bulk path -----------------------------------------------------------------
 

@@ -86,6 +86,7 @@ class DuckDBDialect(SqlValidated):
     # transaction and the duplicate rejection already keep one row per key.
     unique_key_index: ClassVar[bool] = False
     direct_new_table: ClassVar[bool] = True
+    text_type_codes: ClassVar[frozenset[str]] = frozenset({"VARCHAR"})
 
     def lineage_namespace(self) -> str | None:
         return f"duckdb://{self.hook.get_database()}"
@@ -186,8 +187,11 @@ class DuckDBDialect(SqlValidated):
         finally:
             cur.unregister("_abm_rows")
 
+    def matches_sql(self, column: str, pattern: str) -> str:
+        return f"regexp_full_match({column}, '{pattern}')"
+
     def valid_sql(self, column: str, kind: Kind) -> str:
-        check = f"regexp_full_match({column}, '{kind.pattern}')"
+        check = self.matches_sql(column, str(kind.pattern))
         if kind is Kind.DATE:
             check += f" AND TRY_CAST({column} AS DATE) IS NOT NULL"
         return check

@@ -100,6 +100,7 @@ class PostgresDialect(SqlValidated):
     # pre-scan (keys in order) or a GROUP BY.
     unique_key_index = False
     direct_new_table = True
+    text_type_codes = frozenset({"25", "1043"})  # text, varchar (psycopg and psycopg2 give the type's OID)
     # COPY reads the download as it arrives, and the Arrow pre-scan reads it beside.
     stream_readers = 2
 
@@ -184,8 +185,11 @@ class PostgresDialect(SqlValidated):
         ]
         return f"COALESCE({' AND '.join(checks)}, false)" if checks else "true"
 
+    def matches_sql(self, column: str, pattern: str) -> str:
+        return f"{column} ~ '^({pattern})$'"
+
     def valid_sql(self, column: str, kind: Kind) -> str:
-        check = f"{column} ~ '^({kind.pattern})$'"
+        check = self.matches_sql(column, str(kind.pattern))
         if kind is Kind.DATE:
             check = f"CASE WHEN {check} THEN {_calendar_sql(column)} ELSE false END"
         return check

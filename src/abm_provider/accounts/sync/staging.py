@@ -1,0 +1,295 @@
+"""A sync run's source, staged in the warehouse: one row per source row, validated and hashed.
+
+Two ways fill the same temporary table (:data:`STAGE_COLUMNS`):
+
+- **In the warehouse**, when the source is a table or query on the state connection itself and the
+  database has the rules in SQL (:meth:`~abm_provider.warehouse.dialects.base.Dialect.matches_sql`).
+  The source is numbered into a temporary table, the rows the rules in SQL prove valid are staged by
+  one ``INSERT ... SELECT`` (their hash computed there too), and only the others come back to Python,
+  page by page, for the validator to give each its exact reason or its cleaned values. The SQL rules
+  accept only rows the validator would send unchanged (nothing to trim, no default it would fill
+  differently), so both ways stage the same values and the same hash for any row.
+- **In Python** for every other source: each row is validated and hashed here, and written in bulk.
+
+Either way memory stays flat whatever the source's size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from abm_provider.accounts.sources import SqlSource
+from abm_provider.accounts.validation import SourceRow
+from abm_provider.common.rejects import raw_json
+
+if TYPE_CHECKING:
+    from abm_provider.accounts.sources import AccountSource
+    from abm_provider.accounts.sync.database import StateDatabase
+    from abm_provider.accounts.sync.options import SyncOptions
+    from abm_provider.accounts.validation import AccountValidator
+    from abm_provider.warehouse.dialects import Dialect
+
+#: The temporary table's columns: a valid row has ``reason`` and ``raw`` empty, an invalid one has
+#: the reason it failed and its values as JSON.
+STAGE_COLUMNS = (
+    "record",
+    "line",
+    "account_id",
+    "crm_org_id",
+    "crm_type",
+    "account_name",
+    "row_hash",
+    "reason",
+    "raw",
+)
+#: The rules in SQL: an id of printable ASCII without space (nothing to trim, nothing forbidden); a
+#: name or org that starts and ends with one and holds no control character (tab, newline and carriage
+#: return allowed, as the validator allows them), or is empty. No ``?`` in them: SQL text here takes
+#: ``?`` for the bind marker.
+_PLAIN_ID = "[!-~]+"
+_PLAIN_TEXT = "([!-~]([^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f]*[!-~]){0,1}){0,1}"
+#: The numbered copy of a SQL source: this column's record number, then the source's columns.
+_RECORD = "abm_record"
+
+
+def stage_table_sql(dialect: Dialect) -> str:
+    """The temporary table's columns, its keys compared exactly as the state tables' are, and where a
+    dialect needs one, the index the removals look members up by."""
+    key, text = dialect.text_sql(255), dialect.text_sql()
+    return (
+        f"record BIGINT, line BIGINT, account_id {key}, crm_org_id {key}, crm_type {key}, "
+        f"account_name {key}, row_hash {dialect.text_sql(64)} NOT NULL, reason {text}, raw {text}"
+        f"{dialect.key_index_sql(['account_id', 'crm_org_id'])}"
+    )
+
+
+def row_hash(text: str) -> str:
+    """The hash a row's values are compared by between runs: MD5, which the warehouses compute too."""
+    return hashlib.md5(text.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest()
+
+
+def account_hash(account: Mapping[str, str]) -> str:
+    """The hash of a valid account's values (the SQL path computes the same with ``md5_sql``)."""
+    return row_hash(
+        f"{account['id']}\x1f{account.get('name') or ''}\x1f{account.get('crmOrgId', '')}"
+        f"\x1f{account.get('crmType') or ''}"
+    )
+
+
+def invalid_row_key(data: Any, validator: AccountValidator) -> tuple[str | None, str]:
+    """The membership key an invalid row would have, so a member whose row went bad is not removed."""
+    if not isinstance(data, Mapping):
+        return None, ""
+    raw_id = data.get(validator.column_map["id"])
+    raw_org = data.get(validator.column_map["crmOrgId"])
+    account_id = raw_id.strip() if isinstance(raw_id, str) and raw_id.strip() else None
+    org = raw_org.strip() if isinstance(raw_org, str) else ""
+    if (account_id is not None and len(account_id) > 255) or len(org) > 255:
+        return None, ""  # too long to be a key of the state tables, so no member's key either
+    return account_id, org
+
+
+def staged_row(row: SourceRow, validator: AccountValidator) -> tuple[Any, ...]:
+    """One source row as the temporary table holds it (:data:`STAGE_COLUMNS`)."""
+    account, reason = validator.validate(row.data)
+    if account is not None:
+        org = account.get("crmOrgId", "")
+        return (
+            row.row_number,
+            row.line,
+            account["id"],
+            org,
+            account.get("crmType"),
+            account.get("name"),
+            account_hash(account),
+            None,
+            None,
+        )
+    raw = raw_json(row.data)
+    account_id, org = invalid_row_key(row.data, validator)
+    return (row.row_number, row.line, account_id, org, None, None, row_hash(raw), reason, raw)
+
+
+@dataclass(frozen=True)
+class Stager:
+    """Fills a run's temporary table from its source, in the warehouse where it can."""
+
+    db: StateDatabase
+    options: SyncOptions
+    validator: AccountValidator
+    log: logging.Logger | Any
+
+    def stage(self, source: AccountSource, stage: str) -> int:
+        """Stage every source row into ``stage``; return how many were read."""
+        query = self._warehouse_query(source)
+        if query is not None:
+            staged = self._stage_in_warehouse(query, source.description, stage)
+            if staged is not None:
+                return staged
+        return self._stage_in_python(source, stage)
+
+    def _warehouse_query(self, source: AccountSource) -> str | None:
+        """The source as SQL the state connection runs itself, or ``None``."""
+        if not isinstance(source, SqlSource) or self.db.dialect.matches_sql("x", _PLAIN_ID) is None:
+            return None
+        conn_id = self.db.dialect.conn_id
+        return None if conn_id is None else source.query_on(conn_id, self.db.dialect)
+
+    # ---- in Python ---------------------------------------------------------------------------------
+
+    def _stage_in_python(self, source: AccountSource, stage: str) -> int:
+        """Validate and hash every source row into the temporary table."""
+        with source.open() as opened:
+            self.validator.check_columns(opened.columns, source.description)
+            return self._stage_rows(opened.rows, stage, "source rows read")
+
+    def _stage_rows(self, rows: Iterable[SourceRow], stage: str, what: str) -> int:
+        """Write ``rows`` validated and hashed in bulk chunks, with progress; return how many."""
+        buffer: list[tuple[Any, ...]] = []
+        count = 0
+        started = last = time.monotonic()
+        for row in rows:
+            count += 1
+            buffer.append(staged_row(row, self.validator))
+            if len(buffer) >= self.options.stage_rows:
+                self.db.stage(stage, STAGE_COLUMNS, buffer)
+                buffer = []
+                now = time.monotonic()
+                if now - last >= self.options.progress_interval:
+                    last = now
+                    self.log.info("Planning: %d %s (%.0f rows/s)", count, what, count / (now - started))
+        self.db.stage(stage, STAGE_COLUMNS, buffer)
+        self.log.info("Planning: %d %s in %.1f s", count, what, time.monotonic() - started)
+        return count
+
+    # ---- in the warehouse --------------------------------------------------------------------------
+
+    def _stage_in_warehouse(self, query: str, description: str, stage: str) -> int | None:
+        """Stage a query on the state connection in SQL; ``None`` (stage in Python) when it cannot."""
+        db, validator, dialect = self.db, self.validator, self.db.dialect
+        db.execute(f"SELECT * FROM (\n{query}\n) q WHERE 1 = 0")
+        described = {str(d[0]): str(d[1]) for d in db.cur.description}
+        source_columns = list(described)
+        validator.check_columns(source_columns, description)
+        if described[validator.id_column] not in dialect.text_type_codes:
+            self.log.info("Planning in Python: the id column %r is not a text column", validator.id_column)
+            return None
+        awkward = len(db.cur.description) != len(described) or _RECORD in described
+        if awkward or any('"' in c or "`" in c for c in source_columns):
+            self.log.info(
+                "Planning in Python: source columns repeat a name, hold a quote or are named %r", _RECORD
+            )
+            return None
+        # Every column is copied (not only the mapped ones), so an invalid row's values are recorded whole.
+        fields = {
+            field: dialect.quote(column)
+            for field, column in validator.column_map.items()
+            if (field == "id" or field in validator.fields) and column in described
+        }
+        text = {f for f in fields if described[validator.column_map[f]] in dialect.text_type_codes}
+        started = time.monotonic()
+        numbered = f"abm_sync_numbered_{uuid.uuid4().hex[:12]}"
+        db.execute(
+            f"CREATE TEMPORARY TABLE {numbered} AS SELECT ROW_NUMBER() OVER () AS {_RECORD}, q.* "
+            f"FROM (\n{query}\n) q"
+        )
+        try:
+            plain, plain_params = self._plain_sql(fields, text)
+            values, value_params = self._values_sql(fields, text)
+            db.execute(
+                f"INSERT INTO {stage} ({', '.join(STAGE_COLUMNS)}) SELECT {values} FROM {numbered} "
+                f"WHERE {plain}",
+                [*value_params, *plain_params],
+            )
+            count = int(db.value(f"SELECT COUNT(*) FROM {numbered}") or 0)
+            self.log.info(
+                "Planning: %d source rows staged in the warehouse in %.1f s",
+                count,
+                time.monotonic() - started,
+            )
+            others = self._others(numbered, source_columns, plain, plain_params)
+            self._stage_rows(others, stage, "source rows the rules in SQL left to Python")
+        finally:
+            db.execute(f"DROP TABLE IF EXISTS {numbered}")
+        return count
+
+    def _plain_sql(self, fields: Mapping[str, str], text: set[str]) -> tuple[str, list[Any]]:
+        """A condition on a numbered row: the validator would send its values as they are.
+
+        ``fields`` maps the API fields the source has to their columns as SQL; ``text`` names those
+        whose column is text (a column of another type is plain only when ``NULL``).
+        """
+        matches, length = self.db.dialect.matches_sql, self.validator.max_field_length
+        account_id = fields["id"]
+        checks = [
+            f"{account_id} IS NOT NULL AND {matches(account_id, _PLAIN_ID)} "
+            f"AND LENGTH({account_id}) <= {length}"
+        ]
+        params: list[Any] = []
+        for field in ("name", "crmOrgId"):
+            if field in fields:
+                column = fields[field]
+                plain = f"{matches(column, _PLAIN_TEXT)} AND LENGTH({column}) <= {length}"
+                checks.append(f"({column} IS NULL OR ({plain}))" if field in text else f"{column} IS NULL")
+        if "crmType" in fields:
+            column = fields["crmType"]
+            known = sorted(self.validator.crm_types)
+            listed = f"{column} IN ({', '.join('?' for _ in known)})" if known else "1 = 0"
+            if "crmType" in text:
+                checks.append(f"({column} IS NULL OR {column} = '' OR {listed})")
+                params.extend(known)
+            else:
+                checks.append(f"{column} IS NULL")
+        return " AND ".join(checks), params
+
+    def _values_sql(self, fields: Mapping[str, str], text: set[str]) -> tuple[str, list[Any]]:
+        """The stage columns of a plain numbered row, as the validator would make them."""
+        validator, dialect = self.validator, self.db.dialect
+        nothing = "CAST(NULL AS TEXT)"
+
+        def given(field: str) -> str:
+            return f"NULLIF({fields[field]}, '')" if field in text else nothing
+
+        name = given("name")
+        org = f"COALESCE({given('crmOrgId')}, {dialect.text_param()})"
+        params: list[Any] = [(validator.default_crm_org_id or "") if "crmOrgId" in validator.fields else ""]
+        if "crmType" in validator.fields:
+            crm_type = f"COALESCE({given('crmType')}, {dialect.text_param()})"
+            params.append(validator.default_crm_type)
+        else:
+            crm_type = nothing
+        account_id = fields["id"]
+        digest = dialect.md5_sql([account_id, f"COALESCE({name}, '')", org, f"COALESCE({crm_type}, '')"])
+        values = (
+            f"{_RECORD}, CAST(NULL AS BIGINT), {account_id}, {org}, {crm_type}, {name}, {digest}, "
+            f"{nothing}, {nothing}"
+        )
+        # ``org`` and ``crm_type`` appear twice, in the columns and in the hash, each with its parameter.
+        return values, [*params, *params]
+
+    def _others(
+        self, numbered: str, columns: list[str], plain: str, plain_params: list[Any]
+    ) -> Iterator[SourceRow]:
+        """The numbered rows the rules in SQL did not prove plain, as source rows, a page at a time.
+
+        Pages by record number, so the one cursor can stage each page before the next is read.
+        """
+        selected = ", ".join(self.db.dialect.quote(c) for c in columns)
+        after, page = 0, self.options.stage_rows
+        while True:
+            rows = self.db.rows(
+                f"SELECT {_RECORD}, {selected} FROM {numbered} WHERE {_RECORD} > ? "
+                f"AND NOT ({plain}) ORDER BY {_RECORD} LIMIT {page}",
+                [after, *plain_params],
+            )
+            for record, *values in rows:
+                yield SourceRow(int(record), None, dict(zip(columns, values, strict=True)))
+            if len(rows) < page:
+                return
+            after = int(rows[-1][0])
