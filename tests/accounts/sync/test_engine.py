@@ -290,3 +290,33 @@ def test_a_sync_killed_mid_send_then_run_again_gives_the_exact_membership(
         assert result["added"] + result["duplicates"] == 2000
     else:
         assert (result["to_add"], result["to_remove"]) == (0, 0)
+
+
+def test_a_done_run_leaves_no_plan_and_a_dry_run_keeps_its_own(abm: Any, warehouse: Warehouse) -> None:
+    """A finished run's plan goes when it is done (the run log keeps what happened), so the next run
+    does not pay for deleting it; a preview's plan stays for the reader until the next run plans."""
+    list_id = make_list()
+    warehouse.replace_table("targets", COLUMNS, rows_for(range(5)))
+    sync(warehouse, list_id, "run_1")
+    plan = warehouse.name("abm_sync_plan")
+    assert warehouse.query(f"SELECT COUNT(*) FROM {plan} WHERE list_id = %s", [list_id]) == [(0,)]
+    warehouse.replace_table("targets", COLUMNS, rows_for(range(7)))
+    sync(warehouse, list_id, "run_2", dry_run=True)
+    assert warehouse.query(
+        f"SELECT run_id, COUNT(*) FROM {plan} WHERE list_id = %s GROUP BY run_id", [list_id]
+    ) == [("run_2", 2)]
+
+
+def test_a_key_given_twice_is_added_once_with_its_first_row(abm: Any, warehouse: Warehouse) -> None:
+    list_id = make_list()
+    rows = [(account_id(1), "First", ORG), (account_id(2), "Other", ORG), (account_id(1), "Second", ORG)]
+    warehouse.replace_table("targets", COLUMNS, rows)
+    result = sync(warehouse, list_id, "run_1")
+    assert (result["to_add"], result["added"]) == (2, 2)
+    names = dict(
+        warehouse.query(
+            f"SELECT account_id, account_name FROM {warehouse.name('abm_sync_members')} WHERE list_id = %s",
+            [list_id],
+        )
+    )
+    assert names == {account_id(1): "First", account_id(2): "Other"}

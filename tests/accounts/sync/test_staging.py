@@ -19,7 +19,13 @@ from sync_support import CONN_ID, ORG, Warehouse
 from abm_provider.accounts.sources import SqlSource
 from abm_provider.accounts.sync.database import StateDatabase
 from abm_provider.accounts.sync.options import SyncOptions
-from abm_provider.accounts.sync.staging import STAGE_COLUMNS, Stager, account_hash, stage_table_sql
+from abm_provider.accounts.sync.staging import (
+    STAGE_COLUMNS,
+    Stager,
+    account_hash,
+    stage_table_sql,
+    staged_hash_sql,
+)
 from abm_provider.accounts.validation import AccountValidator
 from abm_provider.common.sql import sql_hook
 from abm_provider.warehouse.schema import TableName
@@ -63,7 +69,14 @@ ROWS: list[tuple[Any, ...]] = [
 
 
 def staged(db: StateDatabase, stage: str) -> list[tuple[Any, ...]]:
-    return db.rows(f"SELECT {', '.join(STAGE_COLUMNS)} FROM {stage} ORDER BY record")
+    """The stage's rows, each valid row's hash as the plan reads it (SQL staging leaves it to the plan)."""
+    columns = [
+        f"CASE WHEN s.reason IS NULL THEN {staged_hash_sql(db.dialect)} ELSE s.row_hash END"
+        if c == "row_hash"
+        else f"s.{c}"
+        for c in STAGE_COLUMNS
+    ]
+    return db.rows(f"SELECT {', '.join(columns)} FROM {stage} s ORDER BY s.record")
 
 
 def new_stage(db: StateDatabase) -> str:

@@ -28,7 +28,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from abm_provider.accounts.sync.guards import Tripped, check_plan
-from abm_provider.accounts.sync.staging import Stager, stage_table_sql
+from abm_provider.accounts.sync.staging import Stager, stage_table_sql, staged_hash_sql
 from abm_provider.accounts.sync.state import (
     BLOCKED,
     DRY_RUN,
@@ -71,14 +71,44 @@ class Planner:
         names = self.db.names(self.tables)
         stage = f"abm_sync_source_{uuid.uuid4().hex[:12]}"
         self.db.execute(f"CREATE TEMPORARY TABLE {stage} ({stage_table_sql(self.db.dialect)})")
+        key, text = self.db.dialect.text_sql(255), self.db.dialect.text_sql(64)
+        self.db.execute(
+            f"CREATE TEMPORARY TABLE {self._candidates(stage)} (record BIGINT, account_id {key}, "
+            f"crm_org_id {key}, crm_type {key}, account_name {key}, row_hash {text})"
+        )
         try:
             source_rows = Stager(self.db, self.options, self.validator, self.log).stage(source, stage)
+            self.db.analyze(stage)  # the diff joins it with the members: plan it for its real size
             with self.db.transaction():
                 tripped = self._write_plan(stage, source_rows)
             self.db.analyze(names.plan)
         finally:
             self.db.execute(f"DROP TABLE IF EXISTS {stage}")
+            self.db.execute(f"DROP TABLE IF EXISTS {self._candidates(stage)}")
         return tripped
+
+    def _keep_first_of_each_key(self, candidates: str) -> None:
+        """Leave one row per key in ``candidates``: the first in the source.
+
+        A source rarely repeats a key, so one grouping asks first (a window over every row would sort
+        a million texts); only then are the later rows found, through a derived table, which MySQL
+        and MariaDB materialise instead of grouping again for every row deleted.
+        """
+        repeated = self.db.value(
+            f"SELECT 1 FROM {candidates} GROUP BY account_id, crm_org_id HAVING COUNT(*) > 1 LIMIT 1"
+        )
+        if repeated is None:
+            return
+        self.db.execute(
+            f"DELETE FROM {candidates} WHERE record IN (SELECT d.record FROM (SELECT c.record, "
+            "ROW_NUMBER() OVER (PARTITION BY c.account_id, c.crm_org_id ORDER BY c.record) AS nth "
+            f"FROM {candidates} c) d WHERE d.nth > 1)"
+        )
+
+    @staticmethod
+    def _candidates(stage: str) -> str:
+        """The temporary table of the rows that may be added, beside the stage ``stage``."""
+        return f"{stage}_new"
 
     def _refused(self) -> tuple[str, list[Any]]:
         """A condition on source row ``s``: refused before with the same values, and still held.
@@ -105,30 +135,40 @@ class Planner:
             [options.list_id, options.run_id, options.list_id, SENDING],
         )
         self.db.execute(f"DELETE FROM {names.runs} WHERE list_id = ? AND run_id = ?", run)
-        firsts = (
-            "SELECT record, account_id, crm_org_id, crm_type, account_name, row_hash, ROW_NUMBER() OVER "
-            f"(PARTITION BY account_id, crm_org_id ORDER BY record) AS nth FROM {stage} WHERE reason IS NULL"
-        )
         refused, refused_params = self._refused()
+        # The valid rows whose key is not a member yet (every valid row in a full resync), one per key
+        # (its first in the source): made once, since the plan, the counts and the log all read it,
+        # and small once a list is in step. A row staged in SQL gets its hash here, where only these
+        # rows need one.
         member = (
             f"SELECT 1 FROM {names.members} m WHERE m.list_id = ? AND m.account_id = s.account_id "
             "AND m.crm_org_id = s.crm_org_id"
         )
+        new_keys = "" if options.full_resync else f" AND NOT EXISTS ({member})"
+        candidates = self._candidates(stage)
+        if options.adds:
+            self.db.execute(
+                f"INSERT INTO {candidates} (record, account_id, crm_org_id, crm_type, account_name, "
+                "row_hash) SELECT s.record, s.account_id, s.crm_org_id, s.crm_type, s.account_name, "
+                f"{staged_hash_sql(self.db.dialect)} FROM {stage} s WHERE s.reason IS NULL{new_keys}",
+                [] if options.full_resync else [options.list_id],
+            )
+            self._keep_first_of_each_key(candidates)
         # Rows that would be added, less those held as refused before (a full resync holds none).
         if options.full_resync:
-            to_add, to_add_params = "s.nth = 1", []
+            to_add, to_add_params = "1 = 1", []
             skipped, skipped_params = "1 = 0", []
         else:
-            to_add = f"s.nth = 1 AND NOT EXISTS ({member}) AND NOT EXISTS ({refused})"
-            to_add_params = [options.list_id, *refused_params]
-            skipped = f"s.nth = 1 AND NOT EXISTS ({member}) AND EXISTS ({refused})"
-            skipped_params = [options.list_id, *refused_params]
+            to_add = f"NOT EXISTS ({refused})"
+            to_add_params = [*refused_params]
+            skipped = f"EXISTS ({refused})"
+            skipped_params = [*refused_params]
         columns = "list_id, run_id, action, seq, account_id, crm_org_id, crm_type, account_name, row_hash"
         if options.adds:
             self.db.execute(
                 f"INSERT INTO {names.plan} ({columns}) SELECT ?, ?, 'add', "
-                "ROW_NUMBER() OVER (ORDER BY s.account_id, s.crm_org_id), s.account_id, s.crm_org_id, "
-                f"s.crm_type, s.account_name, s.row_hash FROM ({firsts}) s WHERE {to_add}",
+                "ROW_NUMBER() OVER (ORDER BY s.record), s.account_id, s.crm_org_id, "
+                f"s.crm_type, s.account_name, s.row_hash FROM {candidates} s WHERE {to_add}",
                 [*run, *to_add_params],
             )
         if options.removes:
@@ -148,7 +188,7 @@ class Planner:
         )
         new_invalid = f"FROM {stage} s WHERE s.reason IS NOT NULL AND NOT EXISTS ({refused})"
         held_invalid = f"FROM {stage} s WHERE s.reason IS NOT NULL AND EXISTS ({refused})"
-        held_valid = f"FROM ({firsts}) s WHERE {skipped}" if options.adds else None
+        held_valid = f"FROM {candidates} s WHERE {skipped}" if options.adds else None
         rejected = self._count(new_invalid, refused_params)
         held = self._count(held_invalid, refused_params)
         if held_valid is not None:

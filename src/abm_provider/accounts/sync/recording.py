@@ -10,7 +10,7 @@ service answers as duplicates.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,11 @@ def _positions_by_id(rows: Sequence[PlanRow], echoed: Sequence[dict[str, Any]]) 
     return found
 
 
+def _other_than(start: int, positions: set[int] | Any) -> str:
+    """A condition on plan row ``p`` leaving out the batch's rows at ``positions`` (from ``start``)."""
+    return "".join(f" AND p.seq <> {start + position}" for position in sorted(positions))
+
+
 def _sent_outcome(result_applied: int, result_duplicates: int) -> tuple[str, str | None]:
     """The outcome of the accounts of an add batch that the service accepted, and a note if unsure.
 
@@ -71,6 +76,7 @@ class Recorder:
     tables: StateTables
     options: SyncOptions
     clock: ServiceClock
+    _asked: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def list_id(self) -> str:
@@ -92,31 +98,52 @@ class Recorder:
         missing = {accepted[i] for i in _positions_by_id([rows[i] for i in accepted], result.not_found)}
         echoed = {str(item.get("id", "")): item for item in result.not_found}
         rejects: list[list[Any]] = []
-        log: list[tuple[Any, ...]] = []
+        log: list[tuple[Any, ...]] = []  # the exceptions; the accepted rows are logged from the plan
         outcome, note = _sent_outcome(result.applied, result.duplicates)
-        for position, (account_id, org, _crm_type, _name, values) in enumerate(rows):
+        for position in sorted(refused.keys() | missing):
+            account_id, org, _crm_type, _name, values = rows[position]
             if position in refused:
                 reason = refused[position]
                 rejects.append([self.list_id, run_id, REFUSED_ACTION, account_id, org, values, reason, None])
                 log.append((self.list_id, run_id, "add", "invalid", account_id, org, reason, None, now))
-            elif position in missing:
+            else:
                 raw = raw_json(echoed.get(str(account_id), {"id": account_id}))
                 rejects.append(
                     [self.list_id, run_id, NOT_FOUND_ACTION, account_id, org, values, NOT_FOUND_REASON, raw]
                 )
                 log.append((self.list_id, run_id, "add", "not_found", account_id, org, None, None, now))
-            else:
-                log.append((self.list_id, run_id, "add", outcome, account_id, org, note, None, now))
+        except_these = _other_than(start, refused.keys() | missing)
         plan_rows = (
             f"SELECT p.row_hash FROM {names.plan} p WHERE p.list_id = ? AND p.run_id = ? "
             "AND p.action = 'add' AND p.seq BETWEEN ? AND ?"
         )
-        with self.db.transaction():
-            self.db.execute(
-                f"DELETE FROM {names.rejects} WHERE list_id = ? AND action = ? AND run_id <> ? "
-                f"AND row_hash IN ({plan_rows})",
-                [self.list_id, NOT_FOUND_ACTION, run_id, self.list_id, run_id, start, end],
+        # A plan holds each key once, and it left out the members when it was made under the list's
+        # lock, which this run still holds (earlier unfinished runs are completed before a run plans):
+        # so only a full resync, which plans members too, can meet one here. Each check scans the
+        # growing members table on a database that joins by hashing, once per batch.
+        new_only = (
+            ""
+            if not self.options.full_resync
+            else (
+                f" AND NOT EXISTS (SELECT 1 FROM {names.members} m WHERE m.list_id = p.list_id "
+                "AND m.account_id = p.account_id AND m.crm_org_id = p.crm_org_id)"
             )
+        )
+        accepted_only = (
+            ""
+            if not rejects
+            else (
+                f" AND NOT EXISTS (SELECT 1 FROM {names.rejects} r WHERE r.list_id = p.list_id "
+                "AND r.run_id = p.run_id AND r.row_hash = p.row_hash)"
+            )
+        )
+        with self.db.transaction():
+            if self._old_not_found(run_id):
+                self.db.execute(
+                    f"DELETE FROM {names.rejects} WHERE list_id = ? AND action = ? AND run_id <> ? "
+                    f"AND row_hash IN ({plan_rows})",
+                    [self.list_id, NOT_FOUND_ACTION, run_id, self.list_id, run_id, start, end],
+                )
             self.db.executemany(
                 f"INSERT INTO {names.rejects} (list_id, run_id, action, account_id, crm_org_id, "
                 "row_hash, reason, raw, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -128,14 +155,11 @@ class Recorder:
                 f"INSERT INTO {names.members} (list_id, account_id, crm_org_id, crm_type, account_name, "
                 "row_hash, run_id, synced_at) SELECT p.list_id, p.account_id, p.crm_org_id, p.crm_type, "
                 f"p.account_name, p.row_hash, p.run_id, ? FROM {names.plan} p WHERE p.list_id = ? "
-                "AND p.run_id = ? AND p.action = 'add' AND p.seq BETWEEN ? AND ? "
-                f"AND NOT EXISTS (SELECT 1 FROM {names.members} m WHERE m.list_id = p.list_id "
-                "AND m.account_id = p.account_id AND m.crm_org_id = p.crm_org_id) "
-                f"AND NOT EXISTS (SELECT 1 FROM {names.rejects} r WHERE r.list_id = p.list_id "
-                "AND r.run_id = p.run_id AND r.row_hash = p.row_hash)",
+                f"AND p.run_id = ? AND p.action = 'add' AND p.seq BETWEEN ? AND ?{new_only}{accepted_only}",
                 [now, self.list_id, run_id, start, end],
             )
-            self.db.stage(names.log, LOG_COLUMNS, log)
+            self._log_from_plan(run_id, "add", start, end, except_these, outcome, note, now)
+            self._log_rows(log)
             self.db.execute(
                 f"UPDATE {names.runs} SET add_done = ?, added = added + ?, duplicates = duplicates + ?, "
                 "not_found = not_found + ?, rejected = rejected + ? WHERE list_id = ? AND run_id = ?",
@@ -149,6 +173,22 @@ class Recorder:
                     run_id,
                 ],
             )
+
+    def _old_not_found(self, run_id: str) -> bool:
+        """Whether the list has not-found rejects of other runs, which a re-sent account replaces.
+
+        Asked once per run: this run's sending only ever removes such rejects.
+        """
+        if run_id not in self._asked:
+            rejects = self.db.names(self.tables).rejects
+            self._asked[run_id] = (
+                self.db.value(
+                    f"SELECT 1 FROM {rejects} WHERE list_id = ? AND action = ? AND run_id <> ? LIMIT 1",
+                    [self.list_id, NOT_FOUND_ACTION, run_id],
+                )
+                is not None
+            )
+        return self._asked[run_id]
 
     def _forget_refused_members(self, run_id: str, start: int, end: int) -> None:
         """Drop members the service just refused or did not find: a full resync rebuilds from answers."""
@@ -183,16 +223,15 @@ class Recorder:
         refused = dict(sent.refused)
         accepted = [i for i in range(len(rows)) if i not in refused]
         absent = {accepted[i] for i in _positions_by_id([rows[i] for i in accepted], result.not_found)}
-        log: list[tuple[Any, ...]] = []
-        for position, (account_id, org, *_rest) in enumerate(rows):
+        log: list[tuple[Any, ...]] = []  # the exceptions; the removed rows are logged from the plan
+        for position in sorted(refused.keys() | absent):
+            account_id, org, *_rest = rows[position]
             if position in refused:
                 outcome, reason = "invalid", refused[position]
-            elif position in absent:
-                outcome, reason = "duplicate", "not on the list"
             else:
-                outcome, reason = "removed", None
+                outcome, reason = "duplicate", "not on the list"
             log.append((self.list_id, run_id, "remove", outcome, account_id, org, reason, None, now))
-        kept = "".join(f" AND p.seq <> {start + position}" for position in sorted(refused))
+        kept = _other_than(start, refused.keys())
         with self.db.transaction():
             self.db.execute(
                 self.db.dialect.delete_matching_sql(
@@ -205,20 +244,68 @@ class Recorder:
                 ),
                 [self.list_id, run_id, start, end],
             )
-            self.db.stage(names.log, LOG_COLUMNS, log)
+            self._log_from_plan(
+                run_id,
+                "remove",
+                start,
+                end,
+                _other_than(start, refused.keys() | absent),
+                "removed",
+                None,
+                now,
+            )
+            self._log_rows(log)
             self.db.execute(
                 f"UPDATE {names.runs} SET remove_done = ?, removed = removed + ?, rejected = rejected + ? "
                 "WHERE list_id = ? AND run_id = ?",
                 [end, result.applied, len(refused), self.list_id, run_id],
             )
 
+    def _log_from_plan(
+        self,
+        run_id: str,
+        action: str,
+        start: int,
+        end: int,
+        except_these: str,
+        outcome: str,
+        reason: str | None,
+        now: datetime,
+    ) -> None:
+        """Log plan rows ``start`` to ``end`` of ``action`` with one outcome, in SQL.
+
+        Most rows of a batch share their outcome; writing them from the plan table keeps a thousand
+        rows a batch from travelling back to the database. ``except_these`` leaves out the others.
+        """
+        names = self.db.names(self.tables)
+        self.db.execute(
+            f"INSERT INTO {names.log} ({', '.join(c for c in LOG_COLUMNS if c != 'record')}) SELECT "
+            f"p.list_id, p.run_id, p.action, {self.db.dialect.text_param()}, p.account_id, p.crm_org_id, "
+            f"{self.db.dialect.text_param()}, ? FROM {names.plan} p WHERE p.list_id = ? AND p.run_id = ? "
+            f"AND p.action = ? AND p.seq BETWEEN ? AND ?{except_these}",
+            [outcome, reason, now, self.list_id, run_id, action, start, end],
+        )
+
+    def _log_rows(self, log: list[tuple[Any, ...]]) -> None:
+        """Log the few rows whose outcome differs from their batch's."""
+        names = self.db.names(self.tables)
+        marks = ", ".join("?" for _ in LOG_COLUMNS)
+        self.db.executemany(f"INSERT INTO {names.log} ({', '.join(LOG_COLUMNS)}) VALUES ({marks})", log)
+
     def record_done(self, run_id: str) -> None:
-        """Mark the run done: its plan was sent and recorded whole, so no later run completes it."""
+        """Mark the run done and drop its plan: sent and recorded whole, as the run log says.
+
+        Dropped now rather than when the next run plans, so a large first run's plan is not the next
+        run's cost.
+        """
         names = self.db.names(self.tables)
         with self.db.transaction():
             self.db.execute(
                 f"UPDATE {names.runs} SET status = ?, finished_at = ? WHERE list_id = ? AND run_id = ?",
                 [DONE, utc_now(), self.list_id, run_id],
+            )
+            self.db.execute(
+                f"DELETE FROM {names.plan} WHERE list_id = ? AND run_id = ?", [self.list_id, run_id]
             )
 
     def forget_old_log(self, before: datetime) -> int:

@@ -5,10 +5,12 @@ Two ways fill the same temporary table (:data:`STAGE_COLUMNS`):
 - **In the warehouse**, when the source is a table or query on the state connection itself and the
   database has the rules in SQL (:meth:`~abm_provider.warehouse.dialects.base.Dialect.matches_sql`).
   The source is numbered into a temporary table, the rows the rules in SQL prove valid are staged by
-  one ``INSERT ... SELECT`` (their hash computed there too), and only the others come back to Python,
+  one ``INSERT ... SELECT`` (their hash left for the plan to compute in SQL, for the rows it keeps),
+  and only the others come back to Python,
   page by page, for the validator to give each its exact reason or its cleaned values. The SQL rules
   accept only rows the validator would send unchanged (nothing to trim, no default it would fill
-  differently), so both ways stage the same values and the same hash for any row.
+  differently), so both ways stage the same values for any row, and the same hash once
+  :func:`staged_hash_sql` has computed it.
 - **In Python** for every other source: each row is validated and hashed here, and written in bulk.
 
 Either way memory stays flat whatever the source's size.
@@ -64,7 +66,7 @@ def stage_table_sql(dialect: Dialect) -> str:
     key, text = dialect.text_sql(255), dialect.text_sql()
     return (
         f"record BIGINT, line BIGINT, account_id {key}, crm_org_id {key}, crm_type {key}, "
-        f"account_name {key}, row_hash {dialect.text_sql(64)} NOT NULL, reason {text}, raw {text}"
+        f"account_name {key}, row_hash {dialect.text_sql(64)}, reason {text}, raw {text}"
         f"{dialect.key_index_sql(['account_id', 'crm_org_id'])}"
     )
 
@@ -80,6 +82,15 @@ def account_hash(account: Mapping[str, str]) -> str:
         f"{account['id']}\x1f{account.get('name') or ''}\x1f{account.get('crmOrgId', '')}"
         f"\x1f{account.get('crmType') or ''}"
     )
+
+
+def staged_hash_sql(dialect: Dialect) -> str:
+    """SQL for the hash of a valid staged row ``s``: as staged, or where SQL staged it without one,
+    computed there: :func:`account_hash` of the same values."""
+    if dialect.matches_sql("s.account_id", _PLAIN_ID) is None:
+        return "s.row_hash"  # this database stages in Python, which hashes every row
+    values = ["s.account_id", "COALESCE(s.account_name, '')", "s.crm_org_id", "COALESCE(s.crm_type, '')"]
+    return f"COALESCE(s.row_hash, {dialect.md5_sql(values)})"
 
 
 def invalid_row_key(data: Any, validator: AccountValidator) -> tuple[str | None, str]:
@@ -213,8 +224,10 @@ class Stager:
                 count,
                 time.monotonic() - started,
             )
-            others = self._others(numbered, source_columns, plain, plain_params)
-            self._stage_rows(others, stage, "source rows the rules in SQL left to Python")
+            # Asking for the others scans the whole source again: skipped when the SQL staged it all.
+            if int(db.value(f"SELECT COUNT(*) FROM {stage}") or 0) < count:
+                others = self._others(numbered, source_columns, plain, plain_params)
+                self._stage_rows(others, stage, "source rows the rules in SQL left to Python")
         finally:
             db.execute(f"DROP TABLE IF EXISTS {numbered}")
         return count
@@ -265,13 +278,12 @@ class Stager:
         else:
             crm_type = nothing
         account_id = fields["id"]
-        digest = dialect.md5_sql([account_id, f"COALESCE({name}, '')", org, f"COALESCE({crm_type}, '')"])
+        # No hash: the plan computes it for the few rows that need one (those not yet on the list).
         values = (
-            f"{_RECORD}, CAST(NULL AS BIGINT), {account_id}, {org}, {crm_type}, {name}, {digest}, "
+            f"{_RECORD}, CAST(NULL AS BIGINT), {account_id}, {org}, {crm_type}, {name}, {nothing}, "
             f"{nothing}, {nothing}"
         )
-        # ``org`` and ``crm_type`` appear twice, in the columns and in the hash, each with its parameter.
-        return values, [*params, *params]
+        return values, params
 
     def _others(
         self, numbered: str, columns: list[str], plain: str, plain_params: list[Any]
