@@ -66,6 +66,11 @@ def test_a_deep_error_body_gives_a_message_without_using_up_the_stack(
         (b'[["[[[[[[["]]', False),  # brackets inside a string do not nest
         (b'[{"a": "\\"[[[[[", "b": [1]}]', False),  # nor after an escaped quote
         (b'{"a": {"b": {"c": {"d": 1}}}}', True),
+        (b'{"a": [1], "b": {"c": [{"d": 1}]}}', True),  # one deep branch beside a shallow one
+        (b"[" + b'{"id": "1"}, ' * 50 + b"[[[]]]]", True),  # deep after many shallow ones
+        (b"[" + b'{"id": "1"}, ' * 50 + b"[[]]]", False),
+        (b"[[}}", False),  # unpaired: counted as they open and close
+        (b"[[[[}", True),
     ],
 )
 def test_nesting_is_counted_outside_strings(body: bytes, deeper: bool) -> None:

@@ -32,7 +32,6 @@ from sync_support import (
 )
 
 from abm_provider.accounts.sync import SUMMARY_KEYS, engine
-from abm_provider.accounts.sync.recording import Recorder
 from abm_provider.common.rejects import TooManyRejects
 from reliability.badinput_support import run_until_killed
 
@@ -209,45 +208,47 @@ def test_a_key_that_moves_from_no_org_to_its_org_stays_on_the_list(abm: Any, war
 
 
 def test_an_add_answered_503_after_it_took_effect_converges_on_a_rerun(
-    abm: Any, warehouse: Warehouse, monkeypatch: Any
+    abm: Any, warehouse: Warehouse
 ) -> None:
+    """The batches answered before the failed one are recorded (grouped or not), so the retry resumes
+    after them; the failed batch, which reached the list, comes back as duplicates."""
     list_id = make_list()
     warehouse.replace_table("targets", COLUMNS, rows_for(range(2500)))
-    original = Recorder.record_added
-
-    def record_then_fault(self: Any, *args: Any) -> None:
-        original(self, *args)
-        # The next add request takes effect, then is answered 503.
-        abm.inject_fault(
-            origin="api", method="POST", path=r".*/accounts/add", kind="status", status=503, when="after"
-        )
-        monkeypatch.setattr(Recorder, "record_added", original)
-
-    monkeypatch.setattr(Recorder, "record_added", record_then_fault)
+    # The third add request (accounts 2000 to 2499) takes effect, then is answered 503.
+    abm.inject_fault(
+        origin="api",
+        method="POST",
+        path=r".*/accounts/add",
+        kind="status",
+        status=503,
+        when="after",
+        body_contains=account_id(2400),
+    )
     with pytest.raises(Exception, match="503"):
         sync(warehouse, list_id, "run_1", max_in_flight=1)
-    # The failed batch reached the list; the state recorded only the batch answered before it.
-    assert len(member_ids(abm, list_id)) == 2000
-    assert len(state_ids(warehouse, list_id)) == 1000
+    assert len(member_ids(abm, list_id)) == 2500
+    assert len(state_ids(warehouse, list_id)) == 2000
     clear_requests(abm)
     retried = sync(warehouse, list_id, "run_1", max_in_flight=1)
-    assert (retried["added"], retried["duplicates"]) == (2500 - 1000, 1000)
+    assert (retried["added"], retried["duplicates"]) == (2000, 500)
     assert member_ids(abm, list_id) == state_ids(warehouse, list_id) == {account_id(n) for n in range(2500)}
-    # The retry resumed after the recorded batch: two requests, not three.
-    assert membership_requests(abm)["add"] == 2
+    # The retry resumed after the recorded batches: one request, not three.
+    assert membership_requests(abm)["add"] == 1
 
 
-# Killed when the fourth answered batch is about to be recorded: three batches are recorded, the
-# fourth (and the one in flight beside it) reached the list.
-_AFTER_THREE_BATCHES = """
+# Recorded three batches at a time, and killed when the second group is about to be recorded: the
+# first group is recorded, the second (and the batch in flight beside it) reached the list.
+_AFTER_ONE_GROUP = """
+    from abm_provider.accounts.sync import sending
     from abm_provider.accounts.sync.recording import Recorder
+    sending.RECORD_ACCOUNTS = 300
     original = Recorder.record_added
     calls = []
-    def record(self, *args):
+    def record(self, *args, **kwargs):
         calls.append(1)
-        if len(calls) == 4:
+        if len(calls) == 2:
             wait_to_be_killed()
-        return original(self, *args)
+        return original(self, *args, **kwargs)
     Recorder.record_added = record
 """
 _SYNC = """
@@ -275,10 +276,10 @@ def test_a_sync_killed_mid_send_then_run_again_gives_the_exact_membership(
         "batch_size": 100,
         "max_in_flight": 2,
     }
-    run_until_killed(tmp_path, _AFTER_THREE_BATCHES, _SYNC, args)
+    run_until_killed(tmp_path, _AFTER_ONE_GROUP, _SYNC, args)
     on_list = member_ids(abm, list_id)
     assert state_ids(warehouse, list_id) == {account_id(n) for n in range(300)}
-    assert len(on_list) >= 400  # the service is ahead of the record
+    assert len(on_list) >= 600  # the service is ahead of the record
 
     clear_requests(abm)
     result = sync(warehouse, list_id, "run_1" if rerun == "same_run" else "run_2", batch_size=100)

@@ -1,16 +1,18 @@
-"""Recording what the service answered: one batch per transaction, with the run's progress.
+"""Recording what the service answered: a few batches per transaction, with the run's progress.
 
-Each answered batch changes the members table, writes its run-log rows and moves the run's
-``add_done`` or ``remove_done`` in the same transaction, so the record never says a batch is done
-without its members, nor the other way round. A retry or a re-run after a kill resumes after the
-last batch recorded here; at most the batches in flight at the crash are sent again, which the
-service answers as duplicates.
+The answered batches of a group (``RECORD_ACCOUNTS`` accounts' worth, see
+:mod:`~abm_provider.accounts.sync.sending`, or fewer at the end of an action or when sending fails)
+change the members table, write their run-log rows and move the run's ``add_done`` or
+``remove_done`` in one transaction, so the record never says a batch is done without its members,
+nor the other way round. A retry or a re-run after a kill resumes after the last group recorded
+here; at most the batches answered since then and those in flight at the crash are sent again,
+which the service answers as duplicates (a removal, as not on the list).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -46,9 +48,9 @@ def _positions_by_id(rows: Sequence[PlanRow], echoed: Sequence[dict[str, Any]]) 
     return found
 
 
-def _other_than(start: int, positions: set[int] | Any) -> str:
-    """A condition on plan row ``p`` leaving out the batch's rows at ``positions`` (from ``start``)."""
-    return "".join(f" AND p.seq <> {start + position}" for position in sorted(positions))
+def _other_than(seqs: set[int]) -> str:
+    """A condition on plan row ``p`` leaving out the rows numbered ``seqs``."""
+    return f" AND p.seq NOT IN ({', '.join(str(seq) for seq in sorted(seqs))})" if seqs else ""
 
 
 def _sent_outcome(result_applied: int, result_duplicates: int) -> tuple[str, str | None]:
@@ -69,6 +71,43 @@ def _sent_outcome(result_applied: int, result_duplicates: int) -> tuple[str, str
 
 
 @dataclass(frozen=True)
+class Answered:
+    """One sent batch: plan rows ``start`` to ``end`` of an action, the rows, and the service's answer."""
+
+    start: int
+    end: int
+    rows: list[PlanRow]
+    sent: SplitResult
+
+    @property
+    def refused(self) -> dict[int, str]:
+        """The plan numbers of the accounts the service refused with ``400``, with its reason."""
+        return {self.start + position: reason for position, reason in self.sent.refused}
+
+    def unmatched(self) -> set[int]:
+        """The plan numbers of the accepted accounts the service echoed back as not found (not removed).
+
+        An add echoes the accounts it did not find; a removal, those it did not find on the list.
+        """
+        refused = dict(self.sent.refused)
+        accepted = [i for i in range(len(self.rows)) if i not in refused]
+        echoed = _positions_by_id([self.rows[i] for i in accepted], self.sent.result.not_found)
+        return {self.start + accepted[i] for i in echoed}
+
+
+def _segments(answered: Sequence[Answered], outcome: Callable[[Answered], Any]) -> list[tuple[int, int, Any]]:
+    """Consecutive batches that share ``outcome(batch)`` as ``(first plan number, last, outcome)``."""
+    segments: list[tuple[int, int, Any]] = []
+    for batch in answered:
+        value = outcome(batch)
+        if segments and segments[-1][2] == value:
+            segments[-1] = (segments[-1][0], batch.end, value)
+        else:
+            segments.append((batch.start, batch.end, value))
+    return segments
+
+
+@dataclass(frozen=True)
 class Recorder:
     """Writes the answers of one list's batches into its state tables and its run log."""
 
@@ -76,43 +115,52 @@ class Recorder:
     tables: StateTables
     options: SyncOptions
     clock: ServiceClock
-    _asked: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def list_id(self) -> str:
         return self.options.list_id
 
-    def record_added(self, run_id: str, start: int, end: int, rows: list[PlanRow], sent: SplitResult) -> None:
-        """Record plan rows ``start`` to ``end`` of an add as members, less those the service refused.
+    def record_added(self, run_id: str, answered: Sequence[Answered], *, replaces_not_found: bool) -> None:
+        """Record the answered add batches (consecutive in the plan) as members, less the refused.
 
         An account not found, or refused with ``400``, becomes a reject of this run, so it is neither a
         member nor sent again (an account not found is, once ``retry_not_found_after`` has passed).
-        A not-found reject of an earlier run for the same values is replaced: the account was just
-        sent again.
+        When ``replaces_not_found``, a not-found reject of an earlier run for the same values is
+        replaced: the account was just sent again.
         """
         names = self.db.names(self.tables)
-        result = sent.result
         now, service_now = utc_now(), self.clock.now()
-        refused = dict(sent.refused)
-        accepted = [i for i in range(len(rows)) if i not in refused]
-        missing = {accepted[i] for i in _positions_by_id([rows[i] for i in accepted], result.not_found)}
-        echoed = {str(item.get("id", "")): item for item in result.not_found}
+        first, last = answered[0].start, answered[-1].end
         rejects: list[list[Any]] = []
         log: list[tuple[Any, ...]] = []  # the exceptions; the accepted rows are logged from the plan
-        outcome, note = _sent_outcome(result.applied, result.duplicates)
-        for position in sorted(refused.keys() | missing):
-            account_id, org, _crm_type, _name, values = rows[position]
-            if position in refused:
-                reason = refused[position]
-                rejects.append([self.list_id, run_id, REFUSED_ACTION, account_id, org, values, reason, None])
-                log.append((self.list_id, run_id, "add", "invalid", account_id, org, reason, None, now))
-            else:
-                raw = raw_json(echoed.get(str(account_id), {"id": account_id}))
-                rejects.append(
-                    [self.list_id, run_id, NOT_FOUND_ACTION, account_id, org, values, NOT_FOUND_REASON, raw]
-                )
-                log.append((self.list_id, run_id, "add", "not_found", account_id, org, None, None, now))
-        except_these = _other_than(start, refused.keys() | missing)
+        exceptions: set[int] = set()
+        for batch in answered:
+            refused, missing = batch.refused, batch.unmatched()
+            echoed = {str(item.get("id", "")): item for item in batch.sent.result.not_found}
+            exceptions |= refused.keys() | missing
+            for seq in sorted(refused.keys() | missing):
+                account_id, org, _crm_type, _name, values = batch.rows[seq - batch.start]
+                if seq in refused:
+                    reason = refused[seq]
+                    rejects.append(
+                        [self.list_id, run_id, REFUSED_ACTION, account_id, org, values, reason, None]
+                    )
+                    log.append((self.list_id, run_id, "add", "invalid", account_id, org, reason, None, now))
+                else:
+                    raw = raw_json(echoed.get(str(account_id), {"id": account_id}))
+                    rejects.append(
+                        [
+                            self.list_id,
+                            run_id,
+                            NOT_FOUND_ACTION,
+                            account_id,
+                            org,
+                            values,
+                            NOT_FOUND_REASON,
+                            raw,
+                        ]
+                    )
+                    log.append((self.list_id, run_id, "add", "not_found", account_id, org, None, None, now))
         plan_rows = (
             f"SELECT p.row_hash FROM {names.plan} p WHERE p.list_id = ? AND p.run_id = ? "
             "AND p.action = 'add' AND p.seq BETWEEN ? AND ?"
@@ -120,7 +168,7 @@ class Recorder:
         # A plan holds each key once, and it left out the members when it was made under the list's
         # lock, which this run still holds (earlier unfinished runs are completed before a run plans):
         # so only a full resync, which plans members too, can meet one here. Each check scans the
-        # growing members table on a database that joins by hashing, once per batch.
+        # growing members table on a database that joins by hashing.
         new_only = (
             ""
             if not self.options.full_resync
@@ -129,20 +177,12 @@ class Recorder:
                 "AND m.account_id = p.account_id AND m.crm_org_id = p.crm_org_id)"
             )
         )
-        accepted_only = (
-            ""
-            if not rejects
-            else (
-                f" AND NOT EXISTS (SELECT 1 FROM {names.rejects} r WHERE r.list_id = p.list_id "
-                "AND r.run_id = p.run_id AND r.row_hash = p.row_hash)"
-            )
-        )
         with self.db.transaction():
-            if self._old_not_found(run_id):
+            if replaces_not_found:
                 self.db.execute(
                     f"DELETE FROM {names.rejects} WHERE list_id = ? AND action = ? AND run_id <> ? "
                     f"AND row_hash IN ({plan_rows})",
-                    [self.list_id, NOT_FOUND_ACTION, run_id, self.list_id, run_id, start, end],
+                    [self.list_id, NOT_FOUND_ACTION, run_id, self.list_id, run_id, first, last],
                 )
             self.db.executemany(
                 f"INSERT INTO {names.rejects} (list_id, run_id, action, account_id, crm_org_id, "
@@ -150,45 +190,46 @@ class Recorder:
                 [[*r, service_now] for r in rejects],
             )
             if self.options.full_resync and rejects:
-                self._forget_refused_members(run_id, start, end)
+                self._forget_refused_members(run_id, first, last)
             self.db.execute(
                 f"INSERT INTO {names.members} (list_id, account_id, crm_org_id, crm_type, account_name, "
                 "row_hash, run_id, synced_at) SELECT p.list_id, p.account_id, p.crm_org_id, p.crm_type, "
                 f"p.account_name, p.row_hash, p.run_id, ? FROM {names.plan} p WHERE p.list_id = ? "
-                f"AND p.run_id = ? AND p.action = 'add' AND p.seq BETWEEN ? AND ?{new_only}{accepted_only}",
-                [now, self.list_id, run_id, start, end],
+                f"AND p.run_id = ? AND p.action = 'add' AND p.seq BETWEEN ? AND ?{new_only}"
+                f"{_other_than(exceptions)}",
+                [now, self.list_id, run_id, first, last],
             )
-            self._log_from_plan(run_id, "add", start, end, except_these, outcome, note, now)
+            outcomes = _segments(
+                answered, lambda b: _sent_outcome(b.sent.result.applied, b.sent.result.duplicates)
+            )
+            for start, end, (outcome, note) in outcomes:
+                self._log_from_plan(run_id, "add", start, end, _other_than(exceptions), outcome, note, now)
             self._log_rows(log)
             self.db.execute(
                 f"UPDATE {names.runs} SET add_done = ?, added = added + ?, duplicates = duplicates + ?, "
                 "not_found = not_found + ?, rejected = rejected + ? WHERE list_id = ? AND run_id = ?",
                 [
-                    end,
-                    result.applied,
-                    result.duplicates,
-                    len(missing),
-                    len(refused),
+                    last,
+                    sum(b.sent.result.applied for b in answered),
+                    sum(b.sent.result.duplicates for b in answered),
+                    sum(1 for row in log if row[3] == "not_found"),
+                    sum(1 for row in log if row[3] == "invalid"),
                     self.list_id,
                     run_id,
                 ],
             )
 
-    def _old_not_found(self, run_id: str) -> bool:
+    def has_old_not_found(self, run_id: str) -> bool:
         """Whether the list has not-found rejects of other runs, which a re-sent account replaces.
 
-        Asked once per run: this run's sending only ever removes such rejects.
+        Asked once before a run sends: its sending only ever removes such rejects.
         """
-        if run_id not in self._asked:
-            rejects = self.db.names(self.tables).rejects
-            self._asked[run_id] = (
-                self.db.value(
-                    f"SELECT 1 FROM {rejects} WHERE list_id = ? AND action = ? AND run_id <> ? LIMIT 1",
-                    [self.list_id, NOT_FOUND_ACTION, run_id],
-                )
-                is not None
-            )
-        return self._asked[run_id]
+        rejects = self.db.names(self.tables).rejects
+        found = self.db.value(
+            f"SELECT 1 FROM {rejects} WHERE list_id = ? AND action = ? AND run_id <> ? LIMIT 1",
+            [self.list_id, NOT_FOUND_ACTION, run_id],
+        )
+        return found is not None
 
     def _forget_refused_members(self, run_id: str, start: int, end: int) -> None:
         """Drop members the service just refused or did not find: a full resync rebuilds from answers."""
@@ -207,10 +248,8 @@ class Recorder:
             [self.list_id, run_id, start, end],
         )
 
-    def record_removed(
-        self, run_id: str, start: int, end: int, rows: list[PlanRow], sent: SplitResult
-    ) -> None:
-        """Drop plan rows ``start`` to ``end`` of a removal from the members, less those refused.
+    def record_removed(self, run_id: str, answered: Sequence[Answered]) -> None:
+        """Drop the answered removal batches (consecutive in the plan) from the members, less the refused.
 
         The service answers a removal with the accounts it removed; one it did not report was not on
         the list (logged ``duplicate``: the list already was as asked). One refused with ``400`` stays
@@ -218,20 +257,22 @@ class Recorder:
         """
         names = self.db.names(self.tables)
         members = names.members
-        result = sent.result
         now = utc_now()
-        refused = dict(sent.refused)
-        accepted = [i for i in range(len(rows)) if i not in refused]
-        absent = {accepted[i] for i in _positions_by_id([rows[i] for i in accepted], result.not_found)}
+        first, last = answered[0].start, answered[-1].end
         log: list[tuple[Any, ...]] = []  # the exceptions; the removed rows are logged from the plan
-        for position in sorted(refused.keys() | absent):
-            account_id, org, *_rest = rows[position]
-            if position in refused:
-                outcome, reason = "invalid", refused[position]
-            else:
-                outcome, reason = "duplicate", "not on the list"
-            log.append((self.list_id, run_id, "remove", outcome, account_id, org, reason, None, now))
-        kept = _other_than(start, refused.keys())
+        kept: set[int] = set()
+        absent: set[int] = set()
+        for batch in answered:
+            refused, missing = batch.refused, batch.unmatched()
+            kept |= refused.keys()
+            absent |= missing
+            for seq in sorted(refused.keys() | missing):
+                account_id, org, *_rest = batch.rows[seq - batch.start]
+                if seq in refused:
+                    outcome, reason = "invalid", refused[seq]
+                else:
+                    outcome, reason = "duplicate", "not on the list"
+                log.append((self.list_id, run_id, "remove", outcome, account_id, org, reason, None, now))
         with self.db.transaction():
             self.db.execute(
                 self.db.dialect.delete_matching_sql(
@@ -240,25 +281,18 @@ class Recorder:
                     f"{names.plan} p",
                     f"p.list_id = {members}.list_id AND p.run_id = ? AND p.action = 'remove' "
                     f"AND p.seq BETWEEN ? AND ? AND p.account_id = {members}.account_id "
-                    f"AND p.crm_org_id = {members}.crm_org_id{kept}",
+                    f"AND p.crm_org_id = {members}.crm_org_id{_other_than(kept)}",
                 ),
-                [self.list_id, run_id, start, end],
+                [self.list_id, run_id, first, last],
             )
             self._log_from_plan(
-                run_id,
-                "remove",
-                start,
-                end,
-                _other_than(start, refused.keys() | absent),
-                "removed",
-                None,
-                now,
+                run_id, "remove", first, last, _other_than(kept | absent), "removed", None, now
             )
             self._log_rows(log)
             self.db.execute(
                 f"UPDATE {names.runs} SET remove_done = ?, removed = removed + ?, rejected = rejected + ? "
                 "WHERE list_id = ? AND run_id = ?",
-                [end, result.applied, len(refused), self.list_id, run_id],
+                [last, sum(b.sent.result.applied for b in answered), len(kept), self.list_id, run_id],
             )
 
     def _log_from_plan(

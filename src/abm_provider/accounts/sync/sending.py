@@ -3,7 +3,7 @@
 Removals go first so that a key that moves (an account given by id alone, then with the org the
 service filled in) ends on the list: sent the other way round, the removal would take the new
 membership away. Batches are read from the plan by their sequence numbers, so a run resumed after a
-crash starts after the last batch :class:`~abm_provider.accounts.sync.recording.Recorder` recorded.
+crash starts after the last group :class:`~abm_provider.accounts.sync.recording.Recorder` recorded.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from abm_provider.accounts.sync.recording import Answered
 from abm_provider.accounts.sync.splitting import SplitResult, send_splitting
 from abm_provider.accounts.sync.state import SENDING
 from abm_provider.common.concurrency import PerThread, in_order
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
     from abm_provider.accounts.sync.recording import Recorder
     from abm_provider.accounts.sync.state import StateTables
     from abm_provider.hooks.abm import AbmHook
+
+#: Accounts recorded per transaction: one statement per table for many batches, rather than per batch.
+#: A kill loses at most this many answered accounts from the record; they are sent again as duplicates.
+RECORD_ACCOUNTS = 16_000
 
 #: Plan rows ``start`` to ``end`` of one action, and the rows themselves.
 Batch = tuple[int, int, list[tuple[Any, ...]]]
@@ -71,27 +76,46 @@ class Sender:
         hooks = PerThread(self.new_hook)
         try:
             self._send_action(run, "remove", run.to_remove, run.remove_done, hooks.get)
-            self._send_action(run, "add", run.to_add, run.add_done, hooks.get)
+            if run.add_done < run.to_add:
+                replaces = self.recorder.has_old_not_found(run.run_id)
+                self._send_action(run, "add", run.to_add, run.add_done, hooks.get, replaces)
         finally:
             hooks.close()
         self.recorder.record_done(run.run_id)
 
+    @property
+    def _group(self) -> int:
+        """Batches recorded per transaction: :data:`RECORD_ACCOUNTS` accounts' worth, at least one."""
+        return max(1, RECORD_ACCOUNTS // self.options.batch_size)
+
     def _batches(self, run: PlannedRun, action: str, total: int, done: int) -> Iterator[Batch]:
-        """The plan rows after ``done``, ``batch_size`` at a time, read when the sender is ready for them."""
+        """The plan rows after ``done``, ``batch_size`` at a time, read a group of batches per query.
+
+        Read when the sender is ready for them, so no more than a group's rows are held at once.
+        """
         names = self.db.names(self.tables)
         size = self.options.batch_size
-        for start in range(done + 1, total + 1, size):
-            end = min(start + size - 1, total)
+        chunk = size * self._group
+        for first in range(done + 1, total + 1, chunk):
+            last = min(first + chunk - 1, total)
             rows = self.db.rows(
                 "SELECT account_id, crm_org_id, crm_type, account_name, row_hash "
                 f"FROM {names.plan} WHERE list_id = ? AND run_id = ? AND action = ? "
                 "AND seq BETWEEN ? AND ? ORDER BY seq",
-                [self.options.list_id, run.run_id, action, start, end],
+                [self.options.list_id, run.run_id, action, first, last],
             )
-            yield start, end, rows
+            for start in range(first, last + 1, size):
+                end = min(start + size - 1, last)
+                yield start, end, rows[start - first : end - first + 1]
 
     def _send_action(
-        self, run: PlannedRun, action: str, total: int, done: int, hook: Callable[[], AbmHook]
+        self,
+        run: PlannedRun,
+        action: str,
+        total: int,
+        done: int,
+        hook: Callable[[], AbmHook],
+        replaces_not_found: bool = False,
     ) -> None:
         """Send one action's batches after ``done``, up to ``max_in_flight`` at once, recorded in order.
 
@@ -113,20 +137,23 @@ class Sender:
             )
 
         started = last = time.monotonic()
-        sent = 0
-        batches = self._batches(run, action, total, done)
-        answers = in_order(send, batches, options.max_in_flight, f"abm-sync-{action}")
-        for recorded, ((start, end, rows), result) in enumerate(answers, start=1):
+        sent = recorded = 0
+        answers = in_order(
+            send, self._batches(run, action, total, done), options.max_in_flight, f"abm-sync-{action}"
+        )
+        for group in _groups(answers, self._group):
             if action == "add":
-                self.recorder.record_added(run.run_id, start, end, rows, result)
+                self.recorder.record_added(run.run_id, group, replaces_not_found=replaces_not_found)
             else:
-                self.recorder.record_removed(run.run_id, start, end, rows, result)
-            sent += len(rows)
-            if action == "add" and recorded & (recorded - 1) == 0:
+                self.recorder.record_removed(run.run_id, group)
+            sent += sum(len(batch.rows) for batch in group)
+            before, recorded = recorded, recorded + len(group)
+            if action == "add" and recorded.bit_length() > before.bit_length():
                 # Statistics taken while the list was small would have the planner hash all of the
-                # members for every batch recorded; refreshing them as the list doubles keeps each
-                # batch an index lookup at a logarithmic number of ANALYZEs.
+                # members for every group recorded; refreshing them as the list doubles keeps each
+                # group an index lookup at a logarithmic number of ANALYZEs.
                 self.db.analyze(names.members)
+            end = group[-1].end
             now = time.monotonic()
             if now - last >= options.progress_interval or end == total:
                 last = now
@@ -137,6 +164,27 @@ class Sender:
                     total,
                     sent / max(now - started, 1e-9),
                 )
+
+
+def _groups(answers: Iterator[tuple[Batch, SplitResult]], size: int) -> Iterator[list[Answered]]:
+    """The answered batches, ``size`` at a time; those answered before a failure, then the failure.
+
+    A batch that fails raises when its turn comes, so the batches answered before it are recorded
+    first and a retry does not send them again.
+    """
+    group: list[Answered] = []
+    try:
+        for (start, end, rows), result in answers:
+            group.append(Answered(start, end, rows, result))
+            if len(group) >= size:
+                yield group
+                group = []
+    except Exception:
+        if group:
+            yield group
+        raise
+    if group:
+        yield group
 
 
 def _payload(row: tuple[Any, ...], action: str) -> dict[str, str]:

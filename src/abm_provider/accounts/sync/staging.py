@@ -3,7 +3,7 @@
 Two ways fill the same temporary table (:data:`STAGE_COLUMNS`):
 
 - **In the warehouse**, when the source is a table or query on the state connection itself and the
-  database has the rules in SQL (:meth:`~abm_provider.warehouse.dialects.base.Dialect.matches_sql`).
+  database has the rules in SQL (:attr:`~abm_provider.warehouse.dialects.base.Dialect.has_rules_in_sql`).
   The source is numbered into a temporary table, the rows the rules in SQL prove valid are staged by
   one ``INSERT ... SELECT`` (their hash left for the plan to compute in SQL, for the rows it keeps),
   and only the others come back to Python,
@@ -87,7 +87,7 @@ def account_hash(account: Mapping[str, str]) -> str:
 def staged_hash_sql(dialect: Dialect) -> str:
     """SQL for the hash of a valid staged row ``s``: as staged, or where SQL staged it without one,
     computed there: :func:`account_hash` of the same values."""
-    if dialect.matches_sql("s.account_id", _PLAIN_ID) is None:
+    if not dialect.has_rules_in_sql:
         return "s.row_hash"  # this database stages in Python, which hashes every row
     values = ["s.account_id", "COALESCE(s.account_name, '')", "s.crm_org_id", "COALESCE(s.crm_type, '')"]
     return f"COALESCE(s.row_hash, {dialect.md5_sql(values)})"
@@ -147,7 +147,7 @@ class Stager:
 
     def _warehouse_query(self, source: AccountSource) -> str | None:
         """The source as SQL the state connection runs itself, or ``None``."""
-        if not isinstance(source, SqlSource) or self.db.dialect.matches_sql("x", _PLAIN_ID) is None:
+        if not isinstance(source, SqlSource) or not self.db.dialect.has_rules_in_sql:
             return None
         conn_id = self.db.dialect.conn_id
         return None if conn_id is None else source.query_on(conn_id, self.db.dialect)

@@ -277,6 +277,11 @@ class Dialect(ABC):
         """
         return None
 
+    @property
+    def has_rules_in_sql(self) -> bool:
+        """Whether :meth:`matches_sql` gives conditions here, so rules can run in the database."""
+        return self.matches_sql("x", "x") is not None
+
     def md5_sql(self, parts: Sequence[str]) -> str:
         """The hex MD5 of text expressions (none ``NULL``) joined by the unit separator ``chr(31)``.
 
