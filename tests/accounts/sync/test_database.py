@@ -334,3 +334,21 @@ def _eventually(check: Callable[[], bool]) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+@pytest.mark.parametrize("given", [None, "200MB"], ids=["default", "set-by-the-connection"])
+def test_a_duckdb_state_database_is_bounded_unless_its_connection_says(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, given: str | None
+) -> None:
+    """The list sync's DuckDB holds at most 80 MB of its state in memory (it spills the rest), so a
+    sync's peak memory does not grow with the list; a connection's own ``memory_limit`` wins."""
+    from support.warehouses import duckdb_conn_env
+
+    extra = {} if given is None else {"memory_limit": given}
+    monkeypatch.setenv("AIRFLOW_CONN_STATE_DUCKDB", duckdb_conn_env(tmp_path / "state.duckdb", **extra))
+    db = StateDatabase(sql_hook("state_duckdb", "state_conn_id"))
+    try:
+        limit = str(db.value("SELECT current_setting('memory_limit')"))
+    finally:
+        db.close()
+    assert limit == ("76.2 MiB" if given is None else "190.7 MiB")

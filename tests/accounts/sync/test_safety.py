@@ -246,9 +246,10 @@ def test_the_run_log_says_what_happened_to_each_account_and_keeps_its_retention(
 
     # Retention: rows logged more than log_retention_days ago go at the next run; newer ones stay.
     old = datetime.now(UTC).replace(tzinfo=None) - timedelta(days=8)
-    warehouse.execute(
-        f"UPDATE {warehouse.name('abm_sync_log')} SET logged_at = %s WHERE run_id = %s", [old, "run_1"]
-    )
+    for table, column in (("abm_sync_log", "logged_at"), ("abm_sync_runs", "started_at")):
+        warehouse.execute(
+            f"UPDATE {warehouse.name(table)} SET {column} = %s WHERE run_id = %s", [old, "run_1"]
+        )
     sync(warehouse, list_id, "run_4", max_rejected=None, log_retention_days=7)
     assert run_log(warehouse, list_id, "run_1") == set()
     assert run_log(warehouse, list_id, "run_2") != set()

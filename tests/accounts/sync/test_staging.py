@@ -106,7 +106,7 @@ def test_the_warehouse_and_python_stage_every_row_alike(
         )
         in_sql, in_python = new_stage(db), new_stage(db)
         with caplog.at_level(logging.INFO, logger="t"):
-            assert stager.stage(source, in_sql) == len(ROWS)
+            assert stager.stage(source, in_sql).rows == len(ROWS)
         assert stager._stage_in_python(source, in_python) == len(ROWS)
         assert staged(db, in_sql) == staged(db, in_python)
     finally:
@@ -152,3 +152,91 @@ def test_an_id_column_that_is_not_text_is_read_in_python_and_refused(warehouse: 
     finally:
         db.close()
     assert row[7] == "id must be a string, got int 1"
+
+
+def _sf(letter: str) -> str:
+    """A well-formed account id (15 characters from ``001``), which the service knows."""
+    return f"001{letter}{'0' * 11}"
+
+
+#: The first source: plain rows, rows the SQL leaves to Python, and invalid ones.
+FIRST: list[tuple[Any, ...]] = [
+    (_sf("A"), "Acme", ORG, "SALESFORCE"),
+    (_sf("B"), None, None, None),
+    (_sf("C"), "", "", ""),
+    (_sf("D"), "Dropped", ORG, None),
+    (_sf("G"), "Padded later", ORG, None),
+    (_sf("I"), "Soci\u00e9t\u00e9 G\u00e9n\u00e9rale", ORG, None),
+    (_sf("L"), "x" * 255, ORG, None),
+    (_sf("T"), "Line\nbreak", ORG, None),
+    (_sf("V"), "\u00c9cole", "", None),
+    (_sf("P"), "Lower type", ORG, "salesforce"),
+    ("", "Empty id", ORG, None),
+    (_sf("K"), "x" * 256, ORG, None),
+]
+#: The second: a name changed, a member's row gone bad, a padded id whose key is a member, a row
+#: removed, a key given twice, and two new accounts; the invalid rows as they were.
+CHANGED: list[tuple[Any, ...]] = [
+    (_sf("A"), "Acme renamed", ORG, "SALESFORCE"),
+    (_sf("B"), "\x07bad now", None, None),
+    (_sf("C"), "", "", ""),
+    (f" {_sf('G')}", "Padded later", ORG, None),
+    (_sf("I"), "Soci\u00e9t\u00e9 G\u00e9n\u00e9rale", ORG, None),
+    (_sf("L"), "x" * 255, ORG, None),
+    (_sf("L"), "x" * 255, ORG, None),
+    (_sf("T"), "Line\nbreak", ORG, None),
+    (_sf("V"), "\u00c9cole", "", None),
+    (_sf("W"), "New", ORG, "SALESFORCE"),
+    (_sf("X"), "New too", None, None),
+    (_sf("P"), "Lower type", ORG, "salesforce"),
+    ("", "Empty id", ORG, None),
+    (_sf("K"), "x" * 256, ORG, None),
+]
+
+
+def _plan_and_counts(warehouse: Warehouse, list_id: str, run_id: str) -> tuple[list[Any], list[Any]]:
+    plan = warehouse.query(
+        "SELECT action, seq, account_id, crm_org_id, crm_type, account_name, row_hash FROM "
+        f"{warehouse.name('abm_sync_plan')} WHERE list_id = %s AND run_id = %s ORDER BY action, seq",
+        [list_id, run_id],
+    )
+    counts = warehouse.query(
+        "SELECT source_rows, to_add, to_remove, rejected, held FROM "
+        f"{warehouse.name('abm_sync_runs')} WHERE list_id = %s AND run_id = %s",
+        [list_id, run_id],
+    )
+    return [tuple(r) for r in plan], [tuple(r) for r in counts]
+
+
+@pytest.mark.parametrize("given_as", ["table", "sql"])
+def test_a_run_compared_with_the_members_first_plans_as_one_that_stages_every_row(
+    abm: Any, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch, given_as: str
+) -> None:
+    """A source row equal to a member's recorded values is neither staged nor validated again; every
+    other row is, and only the members no row equals may be removed. The plan, its counts and the
+    rejects come out as when every row is staged."""
+    from sync_support import make_list, sync
+
+    from abm_provider.accounts.sync.plan import Planner
+
+    list_id = make_list()
+    options: dict[str, Any] = {"column_map": COLUMN_MAP, "max_rejected": None, "max_removals": None}
+    if given_as == "sql":  # a query is numbered into a table once; a table is read where it is
+        options["sql"] = f"SELECT * FROM {warehouse.name('targets')} WHERE account_name IS NULL OR 1 = 1"
+    warehouse.replace_table("targets", SOURCE_COLUMNS, FIRST, long_text=True)
+    first = sync(warehouse, list_id, "run_1", **options)
+    assert (first["added"], first["rejected"]) == (9, 3)
+    warehouse.replace_table("targets", SOURCE_COLUMNS, CHANGED, long_text=True)
+
+    # A dry run's plan stays until the next run plans: each is read before the other is made.
+    sync(warehouse, list_id, "compared", dry_run=True, **options)
+    compared = _plan_and_counts(warehouse, list_id, "compared")
+    with monkeypatch.context() as patched:
+        patched.setattr(Planner, "_has_members", lambda self: False)
+        sync(warehouse, list_id, "whole", dry_run=True, **options)
+    assert compared == _plan_and_counts(warehouse, list_id, "whole")
+    added = {row[2] for row in compared[0] if row[0] == "add"}
+    removed = {row[2] for row in compared[0] if row[0] == "remove"}
+    assert added == {_sf("W"), _sf("X")}
+    # B's row went bad, so it stays; D left the source.
+    assert removed == {_sf("D")}

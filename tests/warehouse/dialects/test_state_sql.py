@@ -37,6 +37,19 @@ def test_standard_state_tables_keep_their_portable_types(dialect: Dialect) -> No
     assert "INDEX" not in rejects  # a planner that hashes needs none
 
 
+@pytest.mark.parametrize(
+    ("dialect", "keyed"),
+    [(PostgresDialect(None), True), (MySQLDialect(None), True), (DuckDBDialect(None), False)],
+    ids=["postgres", "mysql", "duckdb"],
+)
+def test_the_tables_that_grow_with_a_list_are_keyed_except_on_duckdb(dialect: Dialect, keyed: bool) -> None:
+    """On DuckDB a key is an ART index that a bounded memory_limit must hold to change a row."""
+    members, plan, _rejects, runs, _log = TABLES.create_sql(dialect)
+    assert ("PRIMARY KEY (list_id, account_id, crm_org_id)" in members) is keyed
+    assert ("PRIMARY KEY (list_id, run_id, action, seq)" in plan) is keyed
+    assert "PRIMARY KEY (list_id, run_id)" in runs  # one row per run: small, and keyed everywhere
+
+
 def test_mysql_lock_names_fit_get_lock_and_never_change() -> None:
     key = TABLES.lock_key("list-1")
     assert key == "abm_provider.sync:state.abm_sync_:list:list-1"

@@ -39,8 +39,9 @@ log = logging.getLogger(__name__)
 LOCK_POLL_INTERVAL = 1.0
 #: How a session holding a sync lock is labelled where the database keeps a label; the run id follows.
 _LABEL_PREFIX = "abm_sync "
-#: The state database keeps the warehouse's settings as the connection has them (no memory limit set).
-_STATE_OPTIONS = DialectOptions(duckdb_memory_limit=None)
+#: A DuckDB state database holds at most this much in memory and spills the rest to disk, so a sync's
+#: peak memory stays flat whatever the list's size; a ``memory_limit`` the connection sets wins.
+_STATE_OPTIONS = DialectOptions(duckdb_memory_limit="80MB")
 
 
 @dataclass(frozen=True)

@@ -175,7 +175,7 @@ class ListSync:
 
     def _log_plan(self) -> None:
         """Log the plan's counts and a sample, so a dry run (or a surprise) is readable in the log."""
-        self.planner.log_plan(self.summary())
+        self.planner.log_plan(read_summary(self.db, self.tables, self.options, count_members=False))
 
     def _planned(self, run_id: str) -> PlannedRun:
         """The run ``run_id`` as its plan was just written."""

@@ -28,7 +28,13 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from abm_provider.accounts.sync.guards import Tripped, check_plan
-from abm_provider.accounts.sync.staging import Stager, stage_table_sql, staged_hash_sql
+from abm_provider.accounts.sync.staging import (
+    Staged,
+    Stager,
+    difference_table,
+    stage_table_sql,
+    staged_hash_sql,
+)
 from abm_provider.accounts.sync.state import (
     BLOCKED,
     DRY_RUN,
@@ -76,16 +82,24 @@ class Planner:
             f"CREATE TEMPORARY TABLE {self._candidates(stage)} (record BIGINT, account_id {key}, "
             f"crm_org_id {key}, crm_type {key}, account_name {key}, row_hash {text})"
         )
+        # A run that sends only the change compares the source with the members first, where it can.
+        members = names.members if not self.options.full_resync and self._has_members() else None
         try:
-            source_rows = Stager(self.db, self.options, self.validator, self.log).stage(source, stage)
+            staged = Stager(self.db, self.options, self.validator, self.log).stage(source, stage, members)
             self.db.analyze(stage)  # the diff joins it with the members: plan it for its real size
             with self.db.transaction():
-                tripped = self._write_plan(stage, source_rows)
+                tripped = self._write_plan(stage, staged)
             self.db.analyze(names.plan)
         finally:
-            self.db.execute(f"DROP TABLE IF EXISTS {stage}")
-            self.db.execute(f"DROP TABLE IF EXISTS {self._candidates(stage)}")
+            for table in (stage, self._candidates(stage), difference_table(stage)):
+                self.db.execute(f"DROP TABLE IF EXISTS {table}")
         return tripped
+
+    def _has_members(self) -> bool:
+        """Whether the list has members by our record (a first run has none to compare with)."""
+        members = self.db.names(self.tables).members
+        found = self.db.value(f"SELECT 1 FROM {members} WHERE list_id = ? LIMIT 1", [self.options.list_id])
+        return found is not None
 
     def _keep_first_of_each_key(self, candidates: str) -> None:
         """Leave one row per key in ``candidates``: the first in the source.
@@ -123,16 +137,25 @@ class Planner:
         cutoff = self.clock.now() - timedelta(seconds=options.retry_not_found_after)
         return f"{held} AND (r.action <> ? OR r.recorded_at > ?)", [options.list_id, NOT_FOUND_ACTION, cutoff]
 
-    def _write_plan(self, stage: str, source_rows: int) -> Tripped | None:
+    def _write_plan(self, stage: str, staged: Staged) -> Tripped | None:
         """Replace this run's plan and row with the change between ``stage`` and the members."""
         names = self.db.names(self.tables)
         options = self.options
+        source_rows = staged.rows
         run = [options.list_id, options.run_id]
-        # Plans of finished, stopped and dry runs go; a plan left unfinished stays until it is completed.
+        # The plans of stopped and dry runs go (a finished run deleted its own; a plan left unfinished
+        # stays until it is completed). Named one by one, they are reached through the plan's index,
+        # without passing over the entries a large finished plan left behind.
+        stale = {options.run_id} | {
+            str(r[0])
+            for r in self.db.rows(
+                f"SELECT run_id FROM {names.runs} WHERE list_id = ? AND status IN (?, ?)",
+                [options.list_id, BLOCKED, DRY_RUN],
+            )
+        }
         self.db.execute(
-            f"DELETE FROM {names.plan} WHERE list_id = ? AND (run_id = ? OR run_id IN "
-            f"(SELECT run_id FROM {names.runs} WHERE list_id = ? AND status <> ?))",
-            [options.list_id, options.run_id, options.list_id, SENDING],
+            f"DELETE FROM {names.plan} WHERE list_id = ? AND run_id IN ({', '.join('?' for _ in stale)})",
+            [options.list_id, *sorted(stale)],
         )
         self.db.execute(f"DELETE FROM {names.runs} WHERE list_id = ? AND run_id = ?", run)
         refused, refused_params = self._refused()
@@ -172,10 +195,12 @@ class Planner:
                 [*run, *to_add_params],
             )
         if options.removes:
+            # Only members no source row equals can have left it, where staging found which those are.
+            left = staged.members_left or names.members
             self.db.execute(
                 f"INSERT INTO {names.plan} ({columns}) SELECT ?, ?, 'remove', "
                 "ROW_NUMBER() OVER (ORDER BY m.account_id, m.crm_org_id), m.account_id, m.crm_org_id, "
-                f"m.crm_type, m.account_name, m.row_hash FROM {names.members} m WHERE m.list_id = ? "
+                f"m.crm_type, m.account_name, m.row_hash FROM {left} m WHERE m.list_id = ? "
                 f"AND NOT EXISTS (SELECT 1 FROM {stage} s WHERE s.account_id = m.account_id "
                 "AND s.crm_org_id = m.crm_org_id)",
                 [*run, options.list_id],

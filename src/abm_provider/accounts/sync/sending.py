@@ -148,10 +148,11 @@ class Sender:
                 self.recorder.record_removed(run.run_id, group)
             sent += sum(len(batch.rows) for batch in group)
             before, recorded = recorded, recorded + len(group)
-            if action == "add" and recorded.bit_length() > before.bit_length():
+            if action == "add" and before and recorded.bit_length() > before.bit_length():
                 # Statistics taken while the list was small would have the planner hash all of the
-                # members for every group recorded; refreshing them as the list doubles keeps each
-                # group an index lookup at a logarithmic number of ANALYZEs.
+                # members for every group recorded; refreshing them as this run's additions double
+                # keeps each group an index lookup at a logarithmic number of ANALYZEs (none for a run
+                # that adds one group: the statistics it started with serve it).
                 self.db.analyze(names.members)
             end = group[-1].end
             now = time.monotonic()

@@ -58,6 +58,28 @@ _PLAIN_ID = "[!-~]+"
 _PLAIN_TEXT = "([!-~]([^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f]*[!-~]){0,1}){0,1}"
 #: The numbered copy of a SQL source: this column's record number, then the source's columns.
 _RECORD = "abm_record"
+#: The difference of a SQL source and the members carries the members' columns under this prefix.
+_MEMBER = "abm_member_"
+#: The members' columns, as the difference carries them.
+_MEMBER_COLUMNS = ("list_id", "account_id", "crm_org_id", "crm_type", "account_name", "row_hash")
+
+
+@dataclass(frozen=True)
+class Staged:
+    """What staging a source left for the plan.
+
+    ``members_left``: where the source was compared with the list's members in the warehouse, a
+    relation of the members no source row equals (the only ones the run may remove); ``None`` when
+    every member may be.
+    """
+
+    rows: int
+    members_left: str | None = None
+
+
+def difference_table(stage: str) -> str:
+    """The temporary table of the source rows and members that differ, beside the stage ``stage``."""
+    return f"{stage}_diff"
 
 
 def stage_table_sql(dialect: Dialect) -> str:
@@ -136,14 +158,22 @@ class Stager:
     validator: AccountValidator
     log: logging.Logger | Any
 
-    def stage(self, source: AccountSource, stage: str) -> int:
-        """Stage every source row into ``stage``; return how many were read."""
+    def stage(self, source: AccountSource, stage: str, members: str | None = None) -> Staged:
+        """Stage the source rows into ``stage``, and say how many were read.
+
+        With ``members`` (the members table, for a list that has members and a run that sends only
+        the change), a source on the state connection is first compared with the list's members in
+        the warehouse: a row equal to a member's recorded values (valid when it was recorded, and the
+        validator gives back what it gave) is neither staged nor validated again, so a run that finds
+        the list in step stages only what changed.
+        """
         query = self._warehouse_query(source)
         if query is not None:
-            staged = self._stage_in_warehouse(query, source.description, stage)
+            is_table = isinstance(source, SqlSource) and source.table is not None
+            staged = self._stage_in_warehouse(query, source.description, stage, members, is_table=is_table)
             if staged is not None:
                 return staged
-        return self._stage_in_python(source, stage)
+        return Staged(self._stage_in_python(source, stage))
 
     def _warehouse_query(self, source: AccountSource) -> str | None:
         """The source as SQL the state connection runs itself, or ``None``."""
@@ -181,7 +211,9 @@ class Stager:
 
     # ---- in the warehouse --------------------------------------------------------------------------
 
-    def _stage_in_warehouse(self, query: str, description: str, stage: str) -> int | None:
+    def _stage_in_warehouse(
+        self, query: str, description: str, stage: str, members: str | None, *, is_table: bool = False
+    ) -> Staged | None:
         """Stage a query on the state connection in SQL; ``None`` (stage in Python) when it cannot."""
         db, validator, dialect = self.db, self.validator, self.db.dialect
         db.execute(f"SELECT * FROM (\n{query}\n) q WHERE 1 = 0")
@@ -191,10 +223,13 @@ class Stager:
         if described[validator.id_column] not in dialect.text_type_codes:
             self.log.info("Planning in Python: the id column %r is not a text column", validator.id_column)
             return None
-        awkward = len(db.cur.description) != len(described) or _RECORD in described
+        reserved = _RECORD in described or any(c.startswith(_MEMBER) for c in source_columns)
+        awkward = len(db.cur.description) != len(described) or reserved
         if awkward or any('"' in c or "`" in c for c in source_columns):
             self.log.info(
-                "Planning in Python: source columns repeat a name, hold a quote or are named %r", _RECORD
+                "Planning in Python: source columns repeat a name, hold a quote or are named %r or %r...",
+                _RECORD,
+                _MEMBER,
             )
             return None
         # Every column is copied (not only the mapped ones), so an invalid row's values are recorded whole.
@@ -205,32 +240,86 @@ class Stager:
         }
         text = {f for f in fields if described[validator.column_map[f]] in dialect.text_type_codes}
         started = time.monotonic()
-        numbered = f"abm_sync_numbered_{uuid.uuid4().hex[:12]}"
-        db.execute(
-            f"CREATE TEMPORARY TABLE {numbered} AS SELECT ROW_NUMBER() OVER () AS {_RECORD}, q.* "
-            f"FROM (\n{query}\n) q"
-        )
+        numbering = f"SELECT ROW_NUMBER() OVER () AS {_RECORD}, q.* FROM (\n{query}\n) q"
+        numbered: str | None = None
+        if members is None or not is_table:
+            # Numbered once into a table: every later step reads the same rows by the same numbers.
+            numbered = f"abm_sync_numbered_{uuid.uuid4().hex[:12]}"
+            db.execute(f"CREATE TEMPORARY TABLE {numbered} AS {numbering}")
         try:
+            if numbered is not None:
+                count = int(db.value(f"SELECT COUNT(*) FROM {numbered}") or 0)
+            else:
+                # A table compared with the members is read twice rather than copied whole: counted,
+                # then numbered inside the comparison, which keeps only the rows that differ.
+                count = int(db.value(f"SELECT COUNT(*) FROM (\n{query}\n) q") or 0)
+            rows, members_left = numbered or f"({numbering})", None
+            if members is not None:
+                members_left = self._differ(rows, difference_table(stage), members, fields, text)
+                rows = difference_table(stage)
             plain, plain_params = self._plain_sql(fields, text)
             values, value_params = self._values_sql(fields, text)
             db.execute(
-                f"INSERT INTO {stage} ({', '.join(STAGE_COLUMNS)}) SELECT {values} FROM {numbered} "
-                f"WHERE {plain}",
+                f"INSERT INTO {stage} ({', '.join(STAGE_COLUMNS)}) SELECT {values} FROM {rows} n "
+                f"WHERE {_RECORD} IS NOT NULL AND {plain}",
                 [*value_params, *plain_params],
             )
-            count = int(db.value(f"SELECT COUNT(*) FROM {numbered}") or 0)
+            considered = (
+                count
+                if members is None
+                else int(db.value(f"SELECT COUNT(*) FROM {rows} WHERE {_RECORD} IS NOT NULL") or 0)
+            )
             self.log.info(
-                "Planning: %d source rows staged in the warehouse in %.1f s",
+                "Planning: %d source rows staged in the warehouse in %.1f s%s",
                 count,
                 time.monotonic() - started,
+                "" if members is None else f" ({considered} differ from the list's members)",
             )
-            # Asking for the others scans the whole source again: skipped when the SQL staged it all.
-            if int(db.value(f"SELECT COUNT(*) FROM {stage}") or 0) < count:
-                others = self._others(numbered, source_columns, plain, plain_params)
+            # Asking for the others scans the rows again: skipped when the SQL staged them all.
+            if int(db.value(f"SELECT COUNT(*) FROM {stage}") or 0) < considered:
+                others = self._others(rows, source_columns, plain, plain_params)
                 self._stage_rows(others, stage, "source rows the rules in SQL left to Python")
         finally:
-            db.execute(f"DROP TABLE IF EXISTS {numbered}")
-        return count
+            if numbered is not None:
+                db.execute(f"DROP TABLE IF EXISTS {numbered}")
+        return Staged(count, members_left)
+
+    def _differ(
+        self, numbered: str, diff: str, members: str, fields: Mapping[str, str], text: set[str]
+    ) -> str:
+        """Fill ``diff`` with the numbered rows no member equals and the members no row equals.
+
+        ``numbered`` is the numbered source: a table, or a query in parentheses.
+
+        One full outer join: a row is equal to a member when its values, as the SQL rules would stage
+        them, are the member's recorded ones. Returns the relation of the members left over.
+        """
+        db = self.db
+        member_columns = ", ".join(f"m.{c} AS {_MEMBER}{c}" for c in _MEMBER_COLUMNS)
+        db.execute(
+            f"CREATE TEMPORARY TABLE {diff} AS SELECT n.*, {member_columns} FROM {numbered} n, "
+            f"{members} m WHERE 1 = 0"
+        )
+        staged, params = self._staged_values({f: f"n.{column}" for f, column in fields.items()}, text)
+        account_id, org, crm_type, name = staged
+        # The keys compare bare (an id is never NULL on a member, an org never NULL on either side), so
+        # the join hashes them as they are; a type or name may be NULL on both sides.
+        equal = (
+            f"{account_id} = m.account_id AND {org} = m.crm_org_id "
+            f"AND COALESCE({crm_type}, '') = COALESCE(m.crm_type, '') "
+            f"AND COALESCE({name}, '') = COALESCE(m.account_name, '')"
+        )
+        db.execute(
+            f"INSERT INTO {diff} SELECT n.*, {member_columns} FROM {numbered} n FULL OUTER JOIN "
+            f"(SELECT * FROM {members} WHERE list_id = ?) m ON {equal} "
+            f"WHERE n.{_RECORD} IS NULL OR m.account_id IS NULL",
+            [self.options.list_id, *params],
+        )
+        # Without statistics the removals would take the members left for one row, and look each up
+        # in the stage by a scan.
+        db.analyze(diff)
+        columns = ", ".join(f"{_MEMBER}{c} AS {c}" for c in _MEMBER_COLUMNS)
+        return f"(SELECT {columns} FROM {diff} WHERE {_RECORD} IS NULL)"
 
     def _plain_sql(self, fields: Mapping[str, str], text: set[str]) -> tuple[str, list[Any]]:
         """A condition on a numbered row: the validator would send its values as they are.
@@ -261,15 +350,14 @@ class Stager:
                 checks.append(f"{column} IS NULL")
         return " AND ".join(checks), params
 
-    def _values_sql(self, fields: Mapping[str, str], text: set[str]) -> tuple[str, list[Any]]:
-        """The stage columns of a plain numbered row, as the validator would make them."""
+    def _staged_values(self, fields: Mapping[str, str], text: set[str]) -> tuple[list[str], list[Any]]:
+        """SQL for the id, org, type and name a plain row is staged with, as the validator makes them."""
         validator, dialect = self.validator, self.db.dialect
         nothing = "CAST(NULL AS TEXT)"
 
         def given(field: str) -> str:
             return f"NULLIF({fields[field]}, '')" if field in text else nothing
 
-        name = given("name")
         org = f"COALESCE({given('crmOrgId')}, {dialect.text_param()})"
         params: list[Any] = [(validator.default_crm_org_id or "") if "crmOrgId" in validator.fields else ""]
         if "crmType" in validator.fields:
@@ -277,7 +365,12 @@ class Stager:
             params.append(validator.default_crm_type)
         else:
             crm_type = nothing
-        account_id = fields["id"]
+        return [fields["id"], org, crm_type, given("name")], params
+
+    def _values_sql(self, fields: Mapping[str, str], text: set[str]) -> tuple[str, list[Any]]:
+        """The stage columns of a plain numbered row, as the validator would make them."""
+        (account_id, org, crm_type, name), params = self._staged_values(fields, text)
+        nothing = "CAST(NULL AS TEXT)"
         # No hash: the plan computes it for the few rows that need one (those not yet on the list).
         values = (
             f"{_RECORD}, CAST(NULL AS BIGINT), {account_id}, {org}, {crm_type}, {name}, {nothing}, "

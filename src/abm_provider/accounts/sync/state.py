@@ -155,9 +155,11 @@ class StateTables:
         counts = ", ".join(f"{c} BIGINT NOT NULL" for c in _RUN_COUNTS)
         return [
             f"CREATE TABLE IF NOT EXISTS {dialect.table_sql(self.members)} (list_id {key}, {account}, "
-            f"run_id {key}, synced_at {at} NOT NULL, PRIMARY KEY (list_id, account_id, crm_org_id))",
+            f"run_id {key}, synced_at {at} NOT NULL"
+            f"{dialect.growing_key_sql(['list_id', 'account_id', 'crm_org_id'])})",
             f"CREATE TABLE IF NOT EXISTS {dialect.table_sql(self.plan)} (list_id {key}, run_id {key}, "
-            f"action {action}, seq BIGINT NOT NULL, {account}, PRIMARY KEY (list_id, run_id, action, seq))",
+            f"action {action}, seq BIGINT NOT NULL, {account}"
+            f"{dialect.growing_key_sql(['list_id', 'run_id', 'action', 'seq'])})",
             f"CREATE TABLE IF NOT EXISTS {dialect.table_sql(self.rejects)} (list_id {key}, run_id {key}, "
             f"action {action}, account_id {text}, crm_org_id {text}, row_hash {hashed}, "
             f"reason {long_text} NOT NULL, record BIGINT, line BIGINT, raw {long_text}, "

@@ -35,12 +35,15 @@ SUMMARY_KEYS: tuple[str, ...] = (
 _COUNTS = tuple(key for key in SUMMARY_KEYS if key != "dry_run")
 
 
-def read_summary(db: StateDatabase, tables: StateTables, options: SyncOptions) -> dict[str, Any]:
+def read_summary(
+    db: StateDatabase, tables: StateTables, options: SyncOptions, *, count_members: bool = True
+) -> dict[str, Any]:
     """The run's counts from its row in the runs table (cumulative over the run's tries).
 
     ``held`` counts the rows refused in an earlier run with the same values, so skipped. ``run_id``
     finds the run's rows in the run log. ``guard`` names the guard a dry run's plan would trip (or
-    that stopped the run), else ``None``: what an approval step reads.
+    that stopped the run), else ``None``: what an approval step reads. Both it and ``state_count``
+    count the list's members, which ``count_members=False`` leaves out (for the plan's log line).
     """
 
     names = db.names(tables)
@@ -57,6 +60,8 @@ def read_summary(db: StateDatabase, tables: StateTables, options: SyncOptions) -
     summary["list_id"] = options.list_id
     summary["mode"] = options.mode
     summary["run_id"] = options.run_id
+    if not count_members:
+        return summary
     summary["state_count"] = member_count(db, tables, options.list_id)
     tripped = None
     if status in (DRY_RUN, BLOCKED):

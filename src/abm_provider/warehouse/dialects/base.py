@@ -157,6 +157,13 @@ class Dialect(ABC):
         """
         return f"DELETE FROM {target} WHERE {where} AND EXISTS (SELECT 1 FROM {source} WHERE {match})"
 
+    def growing_key_sql(self, columns: Sequence[str]) -> str:
+        """What the column list of a table that grows with the data ends with to key it by ``columns``.
+
+        A primary key here; a dialect where a key costs more than it guards may leave it out.
+        """
+        return f", PRIMARY KEY ({', '.join(columns)})"
+
     def key_index_sql(self, columns: Sequence[str]) -> str:
         """What a ``CREATE TABLE`` column list ends with so lookups by ``columns`` use an index (``, ...``).
 
