@@ -132,6 +132,41 @@ def test_a_failing_source_is_raised_after_every_item_already_taken_is_answered()
     assert answers == [(0, 100), (1, 101), (2, 102)]
 
 
+@pytest.mark.parametrize(("queued", "started"), [(0, 1), (3, 4)])
+def test_queued_items_start_while_the_consumer_holds_never_more_at_once(queued: int, started: int) -> None:
+    """The list sync stops between answers to record a group; the queued batches go on meanwhile."""
+    called: list[int] = []
+    running = peak = 0
+    lock = threading.Lock()
+    enough = threading.Event()
+
+    def call(n: int) -> int:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+            called.append(n)
+            if len(called) == started:
+                enough.set()
+        with lock:
+            running -= 1
+        return n
+
+    answers = in_order(call, range(10), 1, "queued", queued=queued)
+    assert next(answers) == (0, 0)
+    assert enough.wait(WAIT)  # the consumer holds; the queued items were called all the same
+    with lock:
+        assert len(called) == started
+    assert [item for item, _ in answers] == list(range(1, 10))
+    assert peak == 1
+
+
+@pytest.mark.parametrize("queued", [-1, 1.5, True])
+def test_queued_must_be_a_whole_number(queued: object) -> None:
+    with pytest.raises(ValueError, match="queued must be a whole number"):
+        list(in_order(lambda n: n, [1], 1, "t", queued=queued))  # type: ignore[arg-type]
+
+
 def test_no_items_no_calls() -> None:
     calls: list[int] = []
     assert list(in_order(calls.append, [], 3, "empty")) == []

@@ -39,15 +39,26 @@ def check_in_flight(value: object, name: str = "max_in_flight") -> int:
 
 
 def in_order(
-    call: Callable[[T], R], items: Iterable[T], max_in_flight: int, thread_name: str
+    call: Callable[[T], R],
+    items: Iterable[T],
+    max_in_flight: int,
+    thread_name: str,
+    *,
+    queued: int = 0,
 ) -> Iterator[tuple[T, R]]:
     """Yield ``(item, call(item))`` in item order, with up to ``max_in_flight`` calls running.
+
+    ``queued`` more items may be taken and wait their turn behind the running calls: a consumer that
+    stops between answers (to record a group of them) leaves the calls work to start meanwhile,
+    without more of them running at once.
 
     A failed call raises when its turn comes: calls not yet started are cancelled, running ones
     finish. When reading the items fails, the items already taken are still answered first, then
     the error is raised, so nothing already sent goes uncounted.
     """
     check_in_flight(max_in_flight)
+    if isinstance(queued, bool) or not isinstance(queued, int) or queued < 0:
+        raise ValueError(f"queued must be a whole number >= 0, got {queued!r}")
     pending: deque[tuple[T, Future[R]]] = deque()
     pool = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix=thread_name)
     source = iter(items)
@@ -62,7 +73,7 @@ def in_order(
                     taken, future = pending.popleft()
                     yield taken, future.result()
                 raise
-            while len(pending) >= max_in_flight:
+            while len(pending) >= max_in_flight + queued:
                 taken, future = pending.popleft()
                 yield taken, future.result()
             pending.append((item, pool.submit(call, item)))

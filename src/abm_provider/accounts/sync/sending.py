@@ -138,8 +138,14 @@ class Sender:
 
         started = last = time.monotonic()
         sent = recorded = 0
+        # A group's worth of batches waits behind the running requests, so the service keeps working
+        # while a group is recorded; no more requests than max_in_flight are open at once.
         answers = in_order(
-            send, self._batches(run, action, total, done), options.max_in_flight, f"abm-sync-{action}"
+            send,
+            self._batches(run, action, total, done),
+            options.max_in_flight,
+            f"abm-sync-{action}",
+            queued=self._group,
         )
         for group in _groups(answers, self._group):
             if action == "add":
