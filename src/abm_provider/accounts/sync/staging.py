@@ -4,12 +4,14 @@ Two ways fill the same temporary table (:data:`STAGE_COLUMNS`):
 
 - **In the warehouse**, when the source is a table or query on the state connection itself and the
   database has the rules in SQL (:attr:`~abm_provider.warehouse.dialects.base.Dialect.has_rules_in_sql`).
-  The source is numbered into a temporary table, the rows the rules in SQL prove valid are staged by
-  one ``INSERT ... SELECT`` (their hash left for the plan to compute in SQL, for the rows it keeps),
-  and only the others come back to Python,
-  page by page, for the validator to give each its exact reason or its cleaned values. The SQL rules
-  accept only rows the validator would send unchanged (nothing to trim, no default it would fill
-  differently), so both ways stage the same values for any row, and the same hash once
+  The source is numbered (into a temporary table, or inside the comparison below for a table). When
+  the list has members, one full outer join first keeps only the rows no member equals and the
+  members no row equals (:meth:`Stager._differ`): a list in step with its source stages only what
+  changed. The rows the rules in SQL prove valid are staged by one ``INSERT ... SELECT`` (their hash
+  left for the plan to compute in SQL, for the rows it keeps), and only the others come back to
+  Python, page by page, for the validator to give each its exact reason or its cleaned values. The
+  SQL rules accept only rows the validator would send unchanged (nothing to trim, no default it would
+  fill differently), so both ways stage the same values for any row, and the same hash once
   :func:`staged_hash_sql` has computed it.
 - **In Python** for every other source: each row is validated and hashed here, and written in bulk.
 
@@ -75,6 +77,19 @@ class Staged:
 
     rows: int
     members_left: str | None = None
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A SQL source's columns as staging reads them.
+
+    ``fields`` maps the API fields the source has to their columns as SQL; ``text`` names those whose
+    column is text.
+    """
+
+    columns: list[str]
+    fields: dict[str, str]
+    text: set[str]
 
 
 def difference_table(stage: str) -> str:
@@ -215,30 +230,10 @@ class Stager:
         self, query: str, description: str, stage: str, members: str | None, *, is_table: bool = False
     ) -> Staged | None:
         """Stage a query on the state connection in SQL; ``None`` (stage in Python) when it cannot."""
-        db, validator, dialect = self.db, self.validator, self.db.dialect
-        db.execute(f"SELECT * FROM (\n{query}\n) q WHERE 1 = 0")
-        described = {str(d[0]): str(d[1]) for d in db.cur.description}
-        source_columns = list(described)
-        validator.check_columns(source_columns, description)
-        if described[validator.id_column] not in dialect.text_type_codes:
-            self.log.info("Planning in Python: the id column %r is not a text column", validator.id_column)
+        shape = self._shape(query, description)
+        if shape is None:
             return None
-        reserved = _RECORD in described or any(c.startswith(_MEMBER) for c in source_columns)
-        awkward = len(db.cur.description) != len(described) or reserved
-        if awkward or any('"' in c or "`" in c for c in source_columns):
-            self.log.info(
-                "Planning in Python: source columns repeat a name, hold a quote or are named %r or %r...",
-                _RECORD,
-                _MEMBER,
-            )
-            return None
-        # Every column is copied (not only the mapped ones), so an invalid row's values are recorded whole.
-        fields = {
-            field: dialect.quote(column)
-            for field, column in validator.column_map.items()
-            if (field == "id" or field in validator.fields) and column in described
-        }
-        text = {f for f in fields if described[validator.column_map[f]] in dialect.text_type_codes}
+        db = self.db
         started = time.monotonic()
         numbering = f"SELECT ROW_NUMBER() OVER () AS {_RECORD}, q.* FROM (\n{query}\n) q"
         numbered: str | None = None
@@ -253,21 +248,17 @@ class Stager:
                 # A table compared with the members is read twice rather than copied whole: counted,
                 # then numbered inside the comparison, which keeps only the rows that differ.
                 count = int(db.value(f"SELECT COUNT(*) FROM (\n{query}\n) q") or 0)
-            rows, members_left = numbered or f"({numbering})", None
+            rows, members_left, considered = numbered or f"({numbering})", None, count
             if members is not None:
-                members_left = self._differ(rows, difference_table(stage), members, fields, text)
+                members_left = self._differ(rows, difference_table(stage), members, shape)
                 rows = difference_table(stage)
-            plain, plain_params = self._plain_sql(fields, text)
-            values, value_params = self._values_sql(fields, text)
+                considered = int(db.value(f"SELECT COUNT(*) FROM {rows} WHERE {_RECORD} IS NOT NULL") or 0)
+            plain, plain_params = self._plain_sql(shape.fields, shape.text)
+            values, value_params = self._values_sql(shape.fields, shape.text)
             db.execute(
                 f"INSERT INTO {stage} ({', '.join(STAGE_COLUMNS)}) SELECT {values} FROM {rows} n "
                 f"WHERE {_RECORD} IS NOT NULL AND {plain}",
                 [*value_params, *plain_params],
-            )
-            considered = (
-                count
-                if members is None
-                else int(db.value(f"SELECT COUNT(*) FROM {rows} WHERE {_RECORD} IS NOT NULL") or 0)
             )
             self.log.info(
                 "Planning: %d source rows staged in the warehouse in %.1f s%s",
@@ -277,16 +268,42 @@ class Stager:
             )
             # Asking for the others scans the rows again: skipped when the SQL staged them all.
             if int(db.value(f"SELECT COUNT(*) FROM {stage}") or 0) < considered:
-                others = self._others(rows, source_columns, plain, plain_params)
+                others = self._others(rows, shape.columns, plain, plain_params)
                 self._stage_rows(others, stage, "source rows the rules in SQL left to Python")
         finally:
             if numbered is not None:
                 db.execute(f"DROP TABLE IF EXISTS {numbered}")
         return Staged(count, members_left)
 
-    def _differ(
-        self, numbered: str, diff: str, members: str, fields: Mapping[str, str], text: set[str]
-    ) -> str:
+    def _shape(self, query: str, description: str) -> _Shape | None:
+        """The query's columns as the rules in SQL read them; ``None`` when they cannot be read so."""
+        db, validator, dialect = self.db, self.validator, self.db.dialect
+        db.execute(f"SELECT * FROM (\n{query}\n) q WHERE 1 = 0")
+        described = {str(d[0]): str(d[1]) for d in db.cur.description}
+        columns = list(described)
+        validator.check_columns(columns, description)
+        if described[validator.id_column] not in dialect.text_type_codes:
+            self.log.info("Planning in Python: the id column %r is not a text column", validator.id_column)
+            return None
+        reserved = _RECORD in described or any(c.startswith(_MEMBER) for c in columns)
+        awkward = len(db.cur.description) != len(described) or reserved
+        if awkward or any('"' in c or "`" in c for c in columns):
+            self.log.info(
+                "Planning in Python: source columns repeat a name, hold a quote or are named %r or %r...",
+                _RECORD,
+                _MEMBER,
+            )
+            return None
+        # Every column is copied (not only the mapped ones), so an invalid row's values are recorded whole.
+        fields = {
+            field: dialect.quote(column)
+            for field, column in validator.column_map.items()
+            if (field == "id" or field in validator.fields) and column in described
+        }
+        text = {f for f in fields if described[validator.column_map[f]] in dialect.text_type_codes}
+        return _Shape(columns, fields, text)
+
+    def _differ(self, numbered: str, diff: str, members: str, shape: _Shape) -> str:
         """Fill ``diff`` with the numbered rows no member equals and the members no row equals.
 
         ``numbered`` is the numbered source: a table, or a query in parentheses.
@@ -300,7 +317,8 @@ class Stager:
             f"CREATE TEMPORARY TABLE {diff} AS SELECT n.*, {member_columns} FROM {numbered} n, "
             f"{members} m WHERE 1 = 0"
         )
-        staged, params = self._staged_values({f: f"n.{column}" for f, column in fields.items()}, text)
+        qualified = {field: f"n.{column}" for field, column in shape.fields.items()}
+        staged, params = self._staged_values(qualified, shape.text)
         account_id, org, crm_type, name = staged
         # The keys compare bare (an id is never NULL on a member, an org never NULL on either side), so
         # the join hashes them as they are; a type or name may be NULL on both sides.
