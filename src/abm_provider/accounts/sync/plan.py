@@ -28,6 +28,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from abm_provider.accounts.sync.guards import Tripped, check_plan
+from abm_provider.accounts.sync.sending import RECORD_ACCOUNTS
 from abm_provider.accounts.sync.staging import (
     Staged,
     Stager,
@@ -88,8 +89,11 @@ class Planner:
             staged = Stager(self.db, self.options, self.validator, self.log).stage(source, stage, members)
             self.db.analyze(stage)  # the diff joins it with the members: plan it for its real size
             with self.db.transaction():
-                tripped = self._write_plan(stage, staged)
-            self.db.analyze(names.plan)
+                tripped, planned = self._write_plan(stage, staged)
+            if planned > RECORD_ACCOUNTS:
+                # Statistics from before a plan of several groups would have each group's read scan
+                # the table; a plan of one group is read once.
+                self.db.analyze(names.plan)
         finally:
             for table in (stage, self._candidates(stage), difference_table(stage)):
                 self.db.execute(f"DROP TABLE IF EXISTS {table}")
@@ -137,8 +141,11 @@ class Planner:
         cutoff = self.clock.now() - timedelta(seconds=options.retry_not_found_after)
         return f"{held} AND (r.action <> ? OR r.recorded_at > ?)", [options.list_id, NOT_FOUND_ACTION, cutoff]
 
-    def _write_plan(self, stage: str, staged: Staged) -> Tripped | None:
-        """Replace this run's plan and row with the change between ``stage`` and the members."""
+    def _write_plan(self, stage: str, staged: Staged) -> tuple[Tripped | None, int]:
+        """Replace this run's plan and row with the change between ``stage`` and the members.
+
+        Returns the guard the plan tripped, if any, and how many rows the plan holds.
+        """
         names = self.db.names(self.tables)
         options = self.options
         source_rows = staged.rows
@@ -235,7 +242,7 @@ class Planner:
             "VALUES (?, ?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, 0, ?, ?, ?)",
             [*run, options.mode, status, source_rows, adding, removing, rejected, held, utc_now()],
         )
-        return tripped
+        return tripped, adding + removing
 
     def _record_refusals(
         self,
