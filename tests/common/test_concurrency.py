@@ -59,6 +59,27 @@ def test_in_order_checks_max_in_flight_before_calling() -> None:
 # --- in_order ---------------------------------------------------------------------------------------
 
 
+class Running:
+    """Counts the calls running at once, the most seen, and the items called, across threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = self.peak = 0
+        self.called: list[int] = []
+
+    def enter(self, item: int) -> int:
+        """A call of ``item`` starts; returns how many run now."""
+        with self.lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+            self.called.append(item)
+            return self.now
+
+    def leave(self) -> None:
+        with self.lock:
+            self.now -= 1
+
+
 def test_answers_come_in_item_order_whatever_order_the_calls_finish_in() -> None:
     """Each call waits for the one after it, so they finish last item first; the answers do not."""
     finished = {n: threading.Event() for n in range(5)}
@@ -83,28 +104,21 @@ def test_answers_come_in_item_order_whatever_order_the_calls_finish_in() -> None
 def test_never_more_than_max_in_flight_calls_at_once_and_that_many_when_there_is_work(
     max_in_flight: int,
 ) -> None:
-    running = 0
-    peak = 0
-    lock = threading.Lock()
+    running = Running()
     full = threading.Event()
 
     def call(n: int) -> int:
-        nonlocal running, peak
-        with lock:
-            running += 1
-            peak = max(peak, running)
-            if running == max_in_flight:
-                full.set()
+        if running.enter(n) == max_in_flight:
+            full.set()
         # Hold the call until the pool is full (or it cannot fill any more: the last items).
         full.wait(2)
-        with lock:
-            running -= 1
+        running.leave()
         return n * n
 
     got = list(in_order(call, range(12), max_in_flight, "bounded"))
 
     assert [answer for _, answer in got] == [n * n for n in range(12)]
-    assert peak == max_in_flight
+    assert running.peak == max_in_flight
 
 
 def test_a_failed_call_raises_at_its_turn_after_the_answers_before_it() -> None:
@@ -135,30 +149,23 @@ def test_a_failing_source_is_raised_after_every_item_already_taken_is_answered()
 @pytest.mark.parametrize(("queued", "started"), [(0, 1), (3, 4)])
 def test_queued_items_start_while_the_consumer_holds_never_more_at_once(queued: int, started: int) -> None:
     """The list sync stops between answers to record a group; the queued batches go on meanwhile."""
-    called: list[int] = []
-    running = peak = 0
-    lock = threading.Lock()
+    running = Running()
     enough = threading.Event()
 
     def call(n: int) -> int:
-        nonlocal running, peak
-        with lock:
-            running += 1
-            peak = max(peak, running)
-            called.append(n)
-            if len(called) == started:
-                enough.set()
-        with lock:
-            running -= 1
+        running.enter(n)
+        if len(running.called) == started:
+            enough.set()
+        running.leave()
         return n
 
     answers = in_order(call, range(10), 1, "queued", queued=queued)
     assert next(answers) == (0, 0)
     assert enough.wait(WAIT)  # the consumer holds; the queued items were called all the same
-    with lock:
-        assert len(called) == started
+    with running.lock:
+        assert len(running.called) == started
     assert [item for item, _ in answers] == list(range(1, 10))
-    assert peak == 1
+    assert running.peak == 1
 
 
 @pytest.mark.parametrize("queued", [-1, 1.5, True])

@@ -11,7 +11,7 @@ which the service answers as duplicates (a removal, as not on the list).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -95,6 +95,20 @@ class Answered:
         return {self.start + accepted[i] for i in echoed}
 
 
+def _exceptions(answered: Sequence[Answered]) -> Iterator[tuple[int, PlanRow, str | None, dict[str, Any]]]:
+    """The rows of ``answered`` whose outcome is not their batch's, in plan order.
+
+    Each as ``(plan number, row, the service's refusal reason or None, what it echoed back)``: a
+    ``400`` refusal has a reason; an account echoed back (not found, or not on the list) has none.
+    """
+    for batch in answered:
+        refused, unmatched = batch.refused, batch.unmatched()
+        echoed = {str(item.get("id", "")): item for item in batch.sent.result.not_found}
+        for seq in sorted(refused.keys() | unmatched):
+            row = batch.rows[seq - batch.start]
+            yield seq, row, refused.get(seq), echoed.get(str(row[0]), {"id": row[0]})
+
+
 def _segments(answered: Sequence[Answered], outcome: Callable[[Answered], Any]) -> list[tuple[int, int, Any]]:
     """Consecutive batches that share ``outcome(batch)`` as ``(first plan number, last, outcome)``."""
     segments: list[tuple[int, int, Any]] = []
@@ -134,33 +148,25 @@ class Recorder:
         rejects: list[list[Any]] = []
         log: list[tuple[Any, ...]] = []  # the exceptions; the accepted rows are logged from the plan
         exceptions: set[int] = set()
-        for batch in answered:
-            refused, missing = batch.refused, batch.unmatched()
-            echoed = {str(item.get("id", "")): item for item in batch.sent.result.not_found}
-            exceptions |= refused.keys() | missing
-            for seq in sorted(refused.keys() | missing):
-                account_id, org, _crm_type, _name, values = batch.rows[seq - batch.start]
-                if seq in refused:
-                    reason = refused[seq]
-                    rejects.append(
-                        [self.list_id, run_id, REFUSED_ACTION, account_id, org, values, reason, None]
-                    )
-                    log.append((self.list_id, run_id, "add", "invalid", account_id, org, reason, None, now))
-                else:
-                    raw = raw_json(echoed.get(str(account_id), {"id": account_id}))
-                    rejects.append(
-                        [
-                            self.list_id,
-                            run_id,
-                            NOT_FOUND_ACTION,
-                            account_id,
-                            org,
-                            values,
-                            NOT_FOUND_REASON,
-                            raw,
-                        ]
-                    )
-                    log.append((self.list_id, run_id, "add", "not_found", account_id, org, None, None, now))
+        for seq, (account_id, org, _crm_type, _name, values), reason, echoed in _exceptions(answered):
+            exceptions.add(seq)
+            if reason is not None:
+                rejects.append([self.list_id, run_id, REFUSED_ACTION, account_id, org, values, reason, None])
+                log.append((self.list_id, run_id, "add", "invalid", account_id, org, reason, None, now))
+            else:
+                rejects.append(
+                    [
+                        self.list_id,
+                        run_id,
+                        NOT_FOUND_ACTION,
+                        account_id,
+                        org,
+                        values,
+                        NOT_FOUND_REASON,
+                        raw_json(echoed),
+                    ]
+                )
+                log.append((self.list_id, run_id, "add", "not_found", account_id, org, None, None, now))
         plan_rows = (
             f"SELECT p.row_hash FROM {names.plan} p WHERE p.list_id = ? AND p.run_id = ? "
             "AND p.action = 'add' AND p.seq BETWEEN ? AND ?"
@@ -262,17 +268,14 @@ class Recorder:
         log: list[tuple[Any, ...]] = []  # the exceptions; the removed rows are logged from the plan
         kept: set[int] = set()
         absent: set[int] = set()
-        for batch in answered:
-            refused, missing = batch.refused, batch.unmatched()
-            kept |= refused.keys()
-            absent |= missing
-            for seq in sorted(refused.keys() | missing):
-                account_id, org, *_rest = batch.rows[seq - batch.start]
-                if seq in refused:
-                    outcome, reason = "invalid", refused[seq]
-                else:
-                    outcome, reason = "duplicate", "not on the list"
-                log.append((self.list_id, run_id, "remove", outcome, account_id, org, reason, None, now))
+        for seq, (account_id, org, *_rest), reason, _echoed in _exceptions(answered):
+            if reason is not None:
+                kept.add(seq)
+                outcome = "invalid"
+            else:
+                absent.add(seq)
+                outcome, reason = "duplicate", "not on the list"
+            log.append((self.list_id, run_id, "remove", outcome, account_id, org, reason, None, now))
         with self.db.transaction():
             self.db.execute(
                 self.db.dialect.delete_matching_sql(
