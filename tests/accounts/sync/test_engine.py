@@ -260,12 +260,8 @@ _SYNC = """
 """
 
 
-@pytest.mark.parametrize("rerun", ["same_run", "next_run"])
-def test_a_sync_killed_mid_send_then_run_again_gives_the_exact_membership(
-    abm: Any, warehouse: Warehouse, tmp_path: Path, rerun: str
-) -> None:
-    list_id = make_list()
-    warehouse.replace_table("targets", COLUMNS, rows_for(range(2000)))
+def _killed_after_one_group(warehouse: Warehouse, list_id: str, tmp_path: Path) -> None:
+    """Run ``run_1`` of the list in a subprocess of its own, killed as its second group is recorded."""
     args = {
         "run_id": "run_1",
         "list_id": list_id,
@@ -277,9 +273,22 @@ def test_a_sync_killed_mid_send_then_run_again_gives_the_exact_membership(
         "max_in_flight": 2,
     }
     run_until_killed(tmp_path, _AFTER_ONE_GROUP, _SYNC, args)
+
+
+@pytest.mark.parametrize("rerun", ["same_run", "next_run"])
+def test_a_sync_killed_mid_send_then_run_again_gives_the_exact_membership(
+    abm: Any, warehouse: Warehouse, tmp_path: Path, rerun: str
+) -> None:
+    list_id = make_list()
+    warehouse.replace_table("targets", COLUMNS, rows_for(range(2000)))
+    _killed_after_one_group(warehouse, list_id, tmp_path)
     on_list = member_ids(abm, list_id)
     assert state_ids(warehouse, list_id) == {account_id(n) for n in range(300)}
     assert len(on_list) >= 600  # the service is ahead of the record
+    # The recorded group's plan rows went in its transaction; the rest wait for the resumed run.
+    plan = warehouse.name("abm_sync_plan")
+    left = f"SELECT MIN(seq), MAX(seq), COUNT(*) FROM {plan} WHERE list_id = %s"
+    assert [tuple(int(v) for v in row) for row in warehouse.query(left, [list_id])] == [(301, 2000, 1700)]
 
     clear_requests(abm)
     result = sync(warehouse, list_id, "run_1" if rerun == "same_run" else "run_2", batch_size=100)
@@ -291,6 +300,31 @@ def test_a_sync_killed_mid_send_then_run_again_gives_the_exact_membership(
         assert result["added"] + result["duplicates"] == 2000
     else:
         assert (result["to_add"], result["to_remove"]) == (0, 0)
+
+
+def test_a_run_resumed_from_a_plan_that_kept_its_recorded_rows_leaves_no_plan(
+    abm: Any, warehouse: Warehouse, tmp_path: Path
+) -> None:
+    """A plan left by 0.1 kept the rows it had recorded until the run was done; the run resumed here
+    drops them with the rest, so they are not left in the table for good."""
+    list_id = make_list()
+    warehouse.replace_table("targets", COLUMNS, rows_for(range(2000)))
+    _killed_after_one_group(warehouse, list_id, tmp_path)
+    plan, members = warehouse.name("abm_sync_plan"), warehouse.name("abm_sync_members")
+    recorded = warehouse.query(
+        f"SELECT account_id, crm_org_id, crm_type, account_name, row_hash FROM {members} "
+        "WHERE list_id = %s ORDER BY account_id",
+        [list_id],
+    )
+    for seq, row in enumerate(recorded, start=1):  # as 0.1 left them: recorded, still in the plan
+        warehouse.execute(
+            f"INSERT INTO {plan} (list_id, run_id, action, seq, account_id, crm_org_id, crm_type, "
+            "account_name, row_hash) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            [list_id, "run_1", "add", seq, *row],
+        )
+    result = sync(warehouse, list_id, "run_1", batch_size=100)
+    assert result["added"] + result["duplicates"] == 2000
+    assert warehouse.query(f"SELECT COUNT(*) FROM {plan} WHERE list_id = %s", [list_id]) == [(0,)]
 
 
 def test_a_done_run_leaves_no_plan_and_a_dry_run_keeps_its_own(abm: Any, warehouse: Warehouse) -> None:

@@ -217,7 +217,7 @@ def test_a_run_compared_with_the_members_first_plans_as_one_that_stages_every_ro
     rejects come out as when every row is staged."""
     from sync_support import make_list, sync
 
-    from abm_provider.accounts.sync.plan import Planner
+    from abm_provider.accounts.sync.staging import Stager
 
     list_id = make_list()
     options: dict[str, Any] = {"column_map": COLUMN_MAP, "max_rejected": None, "max_removals": None}
@@ -232,7 +232,10 @@ def test_a_run_compared_with_the_members_first_plans_as_one_that_stages_every_ro
     sync(warehouse, list_id, "compared", dry_run=True, **options)
     compared = _plan_and_counts(warehouse, list_id, "compared")
     with monkeypatch.context() as patched:
-        patched.setattr(Planner, "_has_members", lambda self: False)
+        staged_whole = Stager.stage
+        patched.setattr(
+            Stager, "stage", lambda self, source, stage, _members=None: staged_whole(self, source, stage)
+        )
         sync(warehouse, list_id, "whole", dry_run=True, **options)
     assert compared == _plan_and_counts(warehouse, list_id, "whole")
     added = {row[2] for row in compared[0] if row[0] == "add"}

@@ -244,9 +244,11 @@ class StateDatabase:
         """Replace the ``?`` markers with the driver's own."""
         return text if self.marker == "?" else text.replace("?", self.marker)
 
-    def execute(self, text: str, params: Sequence[Any] = ()) -> None:
-        """Run one statement with bind parameters."""
+    def execute(self, text: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement with bind parameters; return the rows it changed (-1 when the driver
+        does not say)."""
         self.cur.execute(self.sql(text), list(params))
+        return int(self.cur.rowcount)
 
     def executemany(self, text: str, rows: Sequence[Sequence[Any]]) -> None:
         """Run one statement for each row of parameters."""

@@ -60,6 +60,16 @@ _SAMPLE = 5
 
 
 @dataclass(frozen=True)
+class _Held:
+    """Conditions on a source row ``s``: ``held`` when refused before with its values and still held,
+    ``sendable`` when not; both take ``params``."""
+
+    held: str
+    sendable: str
+    params: list[Any]
+
+
+@dataclass(frozen=True)
 class Planner:
     """Writes one run's plan, its new rejects and its row in the runs table."""
 
@@ -83,13 +93,14 @@ class Planner:
             f"CREATE TEMPORARY TABLE {self._candidates(stage)} (record BIGINT, account_id {key}, "
             f"crm_org_id {key}, crm_type {key}, account_name {key}, row_hash {text})"
         )
-        # A run that sends only the change compares the source with the members first, where it can.
+        # A run that sends only the change compares the source with the members first, where it can;
+        # a list with no members (a first run) has none to compare with, nor to leave out of the plan.
         members = names.members if not self.options.full_resync and self._has_members() else None
         try:
             staged = Stager(self.db, self.options, self.validator, self.log).stage(source, stage, members)
             self.db.analyze(stage)  # the diff joins it with the members: plan it for its real size
             with self.db.transaction():
-                tripped, planned = self._write_plan(stage, staged)
+                tripped, planned = self._write_plan(stage, staged, listed=members is not None)
             if planned > RECORD_ACCOUNTS:
                 # Statistics from before a plan of several groups would have each group's read scan
                 # the table; a plan of one group is read once.
@@ -101,8 +112,11 @@ class Planner:
 
     def _has_members(self) -> bool:
         """Whether the list has members by our record (a first run has none to compare with)."""
-        members = self.db.names(self.tables).members
-        found = self.db.value(f"SELECT 1 FROM {members} WHERE list_id = ? LIMIT 1", [self.options.list_id])
+        return self._any(self.db.names(self.tables).members)
+
+    def _any(self, table: str) -> bool:
+        """Whether ``table`` has a row of this list."""
+        found = self.db.value(f"SELECT 1 FROM {table} WHERE list_id = ? LIMIT 1", [self.options.list_id])
         return found is not None
 
     def _keep_first_of_each_key(self, candidates: str) -> None:
@@ -128,23 +142,29 @@ class Planner:
         """The temporary table of the rows that may be added, beside the stage ``stage``."""
         return f"{stage}_new"
 
-    def _refused(self) -> tuple[str, list[Any]]:
-        """A condition on source row ``s``: refused before with the same values, and still held.
+    def _refused(self) -> _Held:
+        """Conditions on source row ``s``: refused before with the same values, and still held; or not.
 
-        An account the service did not find is held until ``retry_not_found_after`` has passed.
+        An account the service did not find is held until ``retry_not_found_after`` has passed. A list
+        with no rejects holds nothing, and its rows are not each looked up in the rejects table.
         """
         options = self.options
         rejects = self.db.names(self.tables).rejects
+        if not self._any(rejects):
+            return _Held("1 = 0", "1 = 1", [])
         held = f"SELECT 1 FROM {rejects} r WHERE r.list_id = ? AND r.row_hash = s.row_hash"
         if options.retry_not_found_after is None:
-            return held, [options.list_id]
+            return _Held(f"EXISTS ({held})", f"NOT EXISTS ({held})", [options.list_id])
         cutoff = self.clock.now() - timedelta(seconds=options.retry_not_found_after)
-        return f"{held} AND (r.action <> ? OR r.recorded_at > ?)", [options.list_id, NOT_FOUND_ACTION, cutoff]
+        held += " AND (r.action <> ? OR r.recorded_at > ?)"
+        return _Held(f"EXISTS ({held})", f"NOT EXISTS ({held})", [options.list_id, NOT_FOUND_ACTION, cutoff])
 
-    def _write_plan(self, stage: str, staged: Staged) -> tuple[Tripped | None, int]:
+    def _write_plan(self, stage: str, staged: Staged, *, listed: bool) -> tuple[Tripped | None, int]:
         """Replace this run's plan and row with the change between ``stage`` and the members.
 
-        Returns the guard the plan tripped, if any, and how many rows the plan holds.
+        ``listed``: the list has members to leave out of the additions (not a first run, nor a full
+        resync, which adds every row again). Returns the guard the plan tripped, if any, and how many
+        rows the plan holds.
         """
         names = self.db.names(self.tables)
         options = self.options
@@ -165,7 +185,7 @@ class Planner:
             [options.list_id, *sorted(stale)],
         )
         self.db.execute(f"DELETE FROM {names.runs} WHERE list_id = ? AND run_id = ?", run)
-        refused, refused_params = self._refused()
+        refused = self._refused()
         # The valid rows whose key is not a member yet (every valid row in a full resync), one per key
         # (its first in the source): made once, since the plan, the counts and the log all read it,
         # and small once a list is in step. A row staged in SQL gets its hash here, where only these
@@ -174,14 +194,14 @@ class Planner:
             f"SELECT 1 FROM {names.members} m WHERE m.list_id = ? AND m.account_id = s.account_id "
             "AND m.crm_org_id = s.crm_org_id"
         )
-        new_keys = "" if options.full_resync else f" AND NOT EXISTS ({member})"
+        new_keys = f" AND NOT EXISTS ({member})" if listed else ""
         candidates = self._candidates(stage)
         if options.adds:
             self.db.execute(
                 f"INSERT INTO {candidates} (record, account_id, crm_org_id, crm_type, account_name, "
                 "row_hash) SELECT s.record, s.account_id, s.crm_org_id, s.crm_type, s.account_name, "
                 f"{staged_hash_sql(self.db.dialect)} FROM {stage} s WHERE s.reason IS NULL{new_keys}",
-                [] if options.full_resync else [options.list_id],
+                [options.list_id] if listed else [],
             )
             self._keep_first_of_each_key(candidates)
         # Rows that would be added, less those held as refused before (a full resync holds none).
@@ -189,13 +209,12 @@ class Planner:
             to_add, to_add_params = "1 = 1", []
             skipped, skipped_params = "1 = 0", []
         else:
-            to_add = f"NOT EXISTS ({refused})"
-            to_add_params = [*refused_params]
-            skipped = f"EXISTS ({refused})"
-            skipped_params = [*refused_params]
+            to_add, to_add_params = refused.sendable, [*refused.params]
+            skipped, skipped_params = refused.held, [*refused.params]
         columns = "list_id, run_id, action, seq, account_id, crm_org_id, crm_type, account_name, row_hash"
+        planned = {"add": 0, "remove": 0}
         if options.adds:
-            self.db.execute(
+            planned["add"] = self.db.execute(
                 f"INSERT INTO {names.plan} ({columns}) SELECT ?, ?, 'add', "
                 "ROW_NUMBER() OVER (ORDER BY s.record), s.account_id, s.crm_org_id, "
                 f"s.crm_type, s.account_name, s.row_hash FROM {candidates} s WHERE {to_add}",
@@ -204,7 +223,7 @@ class Planner:
         if options.removes:
             # Only members no source row equals can have left it, where staging found which those are.
             left = staged.members_left or names.members
-            self.db.execute(
+            planned["remove"] = self.db.execute(
                 f"INSERT INTO {names.plan} ({columns}) SELECT ?, ?, 'remove', "
                 "ROW_NUMBER() OVER (ORDER BY m.account_id, m.crm_org_id), m.account_id, m.crm_org_id, "
                 f"m.crm_type, m.account_name, m.row_hash FROM {left} m WHERE m.list_id = ? "
@@ -212,21 +231,19 @@ class Planner:
                 "AND s.crm_org_id = m.crm_org_id)",
                 [*run, options.list_id],
             )
-        counts = dict(
-            self.db.rows(
-                f"SELECT action, COUNT(*) FROM {names.plan} WHERE list_id = ? AND run_id = ? GROUP BY action",
-                run,
-            )
-        )
-        new_invalid = f"FROM {stage} s WHERE s.reason IS NOT NULL AND NOT EXISTS ({refused})"
-        held_invalid = f"FROM {stage} s WHERE s.reason IS NOT NULL AND EXISTS ({refused})"
+        if min(planned.values()) < 0:  # the driver did not say how many rows each insert wrote
+            counted = f"SELECT action, COUNT(*) FROM {names.plan} WHERE list_id = ? AND run_id = ?"
+            counted += " GROUP BY action"
+            planned = {"add": 0, "remove": 0} | dict(self.db.rows(counted, run))
+        new_invalid = f"FROM {stage} s WHERE s.reason IS NOT NULL AND {refused.sendable}"
+        held_invalid = f"FROM {stage} s WHERE s.reason IS NOT NULL AND {refused.held}"
         held_valid = f"FROM {candidates} s WHERE {skipped}" if options.adds else None
-        rejected = self._count(new_invalid, refused_params)
-        held = self._count(held_invalid, refused_params)
+        rejected = self._count(new_invalid, refused.params)
+        held = self._count(held_invalid, refused.params)
         if held_valid is not None:
             held += self._count(held_valid, skipped_params)
-        self._check_rejected(rejected, source_rows, stage, refused, refused_params)
-        adding, removing = int(counts.get("add", 0)), int(counts.get("remove", 0))
+        self._check_rejected(rejected, source_rows, stage, refused)
+        adding, removing = int(planned["add"]), int(planned["remove"])
         members = member_count(self.db, self.tables, options.list_id)
         tripped = check_plan(options, source_rows, removing, members)
         if options.dry_run:
@@ -235,7 +252,7 @@ class Planner:
             status = BLOCKED
         else:
             status = SENDING
-            self._record_refusals(new_invalid, held_invalid, held_valid, refused_params, skipped_params)
+            self._record_refusals(new_invalid, held_invalid, held_valid, refused.params, skipped_params)
         self.db.execute(
             f"INSERT INTO {names.runs} (list_id, run_id, mode, status, source_rows, to_add, to_remove, "
             "add_done, remove_done, added, removed, duplicates, not_found, rejected, held, started_at) "
@@ -284,9 +301,7 @@ class Planner:
         """``SELECT COUNT(*)`` of ``rows`` (a ``FROM ...`` clause)."""
         return int(self.db.value(f"SELECT COUNT(*) {rows}", params) or 0)
 
-    def _check_rejected(
-        self, rejected: int, source_rows: int, stage: str, refused: str, refused_params: list[Any]
-    ) -> None:
+    def _check_rejected(self, rejected: int, source_rows: int, stage: str, refused: _Held) -> None:
         """Fail past ``max_rejected``; a dry run only warns, so a preview shows the whole plan.
 
         Nothing is recorded when this raises, so the next run meets the same rows and fails the same
@@ -298,7 +313,7 @@ class Planner:
                 self.options.max_rejected,
                 total=source_rows,
                 what="source rows are invalid",
-                examples=self._examples(stage, refused, refused_params),
+                examples=self._examples(stage, refused),
                 rejects_path=None,
                 outcome="Nothing was sent or recorded.",
             )
@@ -307,12 +322,12 @@ class Planner:
                 raise
             self.log.warning("%s (dry run: reported, not enforced)", err)
 
-    def _examples(self, stage: str, refused: str, refused_params: list[Any]) -> list[str]:
+    def _examples(self, stage: str, refused: _Held) -> list[str]:
         """The first invalid rows not refused before, for the error message."""
         rows = self.db.rows(
-            f"SELECT record, reason FROM {stage} s WHERE s.reason IS NOT NULL AND NOT EXISTS ({refused}) "
+            f"SELECT record, reason FROM {stage} s WHERE s.reason IS NOT NULL AND {refused.sendable} "
             f"ORDER BY record LIMIT {_SAMPLE}",
-            refused_params,
+            refused.params,
         )
         return [describe_reject(reason, record) for record, reason in rows]
 

@@ -211,6 +211,7 @@ class Recorder:
             for start, end, (outcome, note) in outcomes:
                 self._log_from_plan(run_id, "add", start, end, _other_than(exceptions), outcome, note, now)
             self._log_rows(log)
+            self._drop_recorded(run_id, "add", first, last)
             self.db.execute(
                 f"UPDATE {names.runs} SET add_done = ?, added = added + ?, duplicates = duplicates + ?, "
                 "not_found = not_found + ?, rejected = rejected + ? WHERE list_id = ? AND run_id = ?",
@@ -292,6 +293,7 @@ class Recorder:
                 run_id, "remove", first, last, _other_than(kept | absent), "removed", None, now
             )
             self._log_rows(log)
+            self._drop_recorded(run_id, "remove", first, last)
             self.db.execute(
                 f"UPDATE {names.runs} SET remove_done = ?, removed = removed + ?, rejected = rejected + ? "
                 "WHERE list_id = ? AND run_id = ?",
@@ -329,20 +331,35 @@ class Recorder:
         marks = ", ".join("?" for _ in LOG_COLUMNS)
         self.db.executemany(f"INSERT INTO {names.log} ({', '.join(LOG_COLUMNS)}) VALUES ({marks})", log)
 
-    def record_done(self, run_id: str) -> None:
-        """Mark the run done and drop its plan: sent and recorded whole, as the run log says.
+    def _drop_recorded(self, run_id: str, action: str, first: int, last: int) -> None:
+        """Delete plan rows ``first`` to ``last`` of ``action``: recorded, they are never read again.
 
-        Dropped now rather than when the next run plans, so a large first run's plan is not the next
-        run's cost.
+        Dropped with each group, in its transaction, rather than all at once when the run is done: a
+        first run's million plan rows then go while the service is answering the next group, not
+        after the last one.
         """
+        plan = self.db.names(self.tables).plan
+        self.db.execute(
+            f"DELETE FROM {plan} WHERE list_id = ? AND run_id = ? AND action = ? AND seq BETWEEN ? AND ?",
+            [self.list_id, run_id, action, first, last],
+        )
+
+    def drop_recorded_before(self, run_id: str, action: str, done: int) -> None:
+        """Delete the plan rows of ``action`` up to ``done`` that a run resumed here still has.
+
+        Each group's rows go when it is recorded, so only a plan left by 0.1 (which kept them until
+        the run was done) has any.
+        """
+        if done > 0:
+            self._drop_recorded(run_id, action, 1, done)
+
+    def record_done(self, run_id: str) -> None:
+        """Mark the run done: its plan was sent and recorded whole (and dropped group by group)."""
         names = self.db.names(self.tables)
         with self.db.transaction():
             self.db.execute(
                 f"UPDATE {names.runs} SET status = ?, finished_at = ? WHERE list_id = ? AND run_id = ?",
                 [DONE, utc_now(), self.list_id, run_id],
-            )
-            self.db.execute(
-                f"DELETE FROM {names.plan} WHERE list_id = ? AND run_id = ?", [self.list_id, run_id]
             )
 
     def forget_old_log(self, before: datetime) -> int:

@@ -73,6 +73,8 @@ class Sender:
         Each thread that sends gets a hook of its own, since a hook's HTTP session is not shared
         between threads.
         """
+        for action, done in (("remove", run.remove_done), ("add", run.add_done)):
+            self.recorder.drop_recorded_before(run.run_id, action, done)
         hooks = PerThread(self.new_hook)
         try:
             self._send_action(run, "remove", run.to_remove, run.remove_done, hooks.get)
