@@ -95,7 +95,8 @@ def get_provider_info() -> dict[str, Any]:
                 "schemes": ["abm-warehouse"],
                 "handler": "abm_provider.assets.sanitize_uri",
                 "factory": "abm_provider.assets.warehouse_asset",
-            }
+            },
+            {"schemes": ["abm-export"], "handler": "abm_provider.assets.sanitize_export_uri"},
         ],
         "connection-types": [
             {

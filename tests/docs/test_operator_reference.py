@@ -24,7 +24,7 @@ from abm_provider.operators.account_lists import (
 from abm_provider.operators.exports import CreateExportJobOperator, DownloadExecutionCsvOperator
 from abm_provider.sensors.exports import ExecutionCompleteSensor
 from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
-from abm_provider.triggers.exports import ExecutionCompleteTrigger
+from abm_provider.triggers.exports import ExecutionCompletedEventTrigger, ExecutionCompleteTrigger
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "operators.md"
 CLASSES = [
@@ -37,6 +37,7 @@ CLASSES = [
     CreateExportJobOperator,
     ExecutionCompleteSensor,
     ExecutionCompleteTrigger,
+    ExecutionCompletedEventTrigger,
     DownloadExecutionCsvOperator,
     ExecutionCsvToSqlOperator,
 ]

@@ -29,24 +29,6 @@ MiB = 1 << 20
 
 
 @pytest.fixture
-def abm(emulator: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
-    """The emulator as ``abm_default`` with an export job, archives under the test's folder."""
-    monkeypatch.setenv("AIRFLOW_CONN_ABM_DEFAULT", emulator.airflow_connection())
-    monkeypatch.setenv("AIRFLOW__ABM__STATE_DIR", str(tmp_path / "state"))
-    from abm_provider.hooks.abm import AbmHook
-
-    AbmHook("abm_default").create_export_job(EXPORT_TYPE, "0 5 1 1 *")
-    return emulator
-
-
-@pytest.fixture(params=["postgres", "duckdb"])
-def target(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from support.warehouses import make_warehouse
-
-    return make_warehouse(request.param, tmp_path, monkeypatch, request)
-
-
-@pytest.fixture
 def pg(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     from support.warehouses import make_warehouse
 

@@ -30,11 +30,11 @@ from abm_provider.common.sql import sql_hook
 from abm_provider.compat import AirflowFailException
 from abm_provider.exports.archive import file_sha256
 from abm_provider.exports.download import DownloadOptions, ExecutionDownload, display, execution_inputs
-from abm_provider.exports.selection import parse_timestamp
+from abm_provider.exports.selection import COMPLETE_STATE, parse_timestamp
 from abm_provider.exports.stream import ExportStream
 from abm_provider.hooks._urls import safe_url
 from abm_provider.operators._base import is_deferred
-from abm_provider.warehouse import LoadRequest, Method, SchemaMismatch, loader_for
+from abm_provider.warehouse import LoadRequest, Method, SchemaMismatch, WarehouseLoader, loader_for
 from abm_provider.warehouse.ledger import DEFAULT_LEDGER_TABLE
 from abm_provider.warehouse.records import UnreadableFile, read_header
 from abm_provider.warehouse.schema import TableName, check_identifier, export_schema
@@ -42,7 +42,10 @@ from abm_provider.warehouse.schema import TableName, check_identifier, export_sc
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-__all__ = ["ExecutionCsvToSqlOperator", "warehouse_asset"]
+__all__ = ["UNLOADED", "ExecutionCsvToSqlOperator", "warehouse_asset"]
+
+#: ``source`` meaning every completed execution of ``export_type`` that the ledger lacks.
+UNLOADED = "unloaded"
 
 _ON_SCHEMA_CHANGE = ("fail", "add_columns")
 
@@ -57,7 +60,9 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         "Loading while downloading" below). Or a downloaded file: the download operator's XCom (a
         dict with ``path``, and usually ``sha256``, ``bytes``, ``execution_id``, ``export_type``),
         a path string or an ``ObjectStoragePath``; a remote one is first copied to a local temporary
-        file in chunks.
+        file in chunks. Or ``"unloaded"``: every COMPLETE execution of ``export_type`` that the
+        ledger does not have for ``table``, oldest first, at most ``max_executions`` of them, each
+        downloaded, loaded and committed in turn (see "Loading what is not loaded yet" below).
     :param sql_conn_id: any connection whose hook is a common-sql ``DbApiHook``.
     :param table: target table, ``table`` or ``schema.table``; created when missing.
     :param export_type: ``TACTIC_PERFORMANCE`` or ``DISPLAY_TACTIC_ACCOUNT_PERFORMANCE``; taken
@@ -90,6 +95,15 @@ class ExecutionCsvToSqlOperator(BaseOperator):
     :param stream: load an execution while it downloads (default). Off, the file is downloaded first
         and then loaded, in the same task.
     :param etag_is_md5: also check the download's MD5 against a plain 32-hex-digit ``ETag``.
+    :param max_executions: with ``source="unloaded"``, the most executions one run loads (default 10);
+        the rest are left for the next run, and the log says how many.
+
+    Loading what is not loaded yet: with ``source="unloaded"`` the run reads the ledger and the
+    service's list of completed executions, and loads those the ledger lacks, oldest first, so the
+    newest figures land last. Each commits on its own: a run that fails on the third has the first
+    two in the table, and the next run starts at the third. A DAG scheduled on
+    :func:`~abm_provider.assets.export_asset` loads this way, since Airflow may fold several of the
+    Asset's events into one run, and an event lost to a triggerer crash is then picked up too.
 
     Loading while downloading: the bytes go to the archive's temporary file and, at the same time,
     to the warehouse's bulk path (PostgreSQL ``COPY FROM STDIN``, with the Arrow pre-scan reading
@@ -138,6 +152,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         archive: str | ObjectStoragePath | None = None,
         stream: bool = True,
         etag_is_md5: bool = False,
+        max_executions: int = 10,
         **kwargs: Any,
     ) -> None:
         if on_schema_change not in _ON_SCHEMA_CHANGE:
@@ -147,6 +162,8 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         max_rejected = check_limit(max_rejected, "max_rejected")
         if chunk_rows < 1:
             raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
+        if max_executions < 1:
+            raise ValueError(f"max_executions must be positive, got {max_executions}")
         if export_type is not None and not is_deferred(export_type):
             export_schema(export_type)
         if not is_deferred(table):
@@ -174,6 +191,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         self.archive = archive
         self.stream = stream
         self.etag_is_md5 = etag_is_md5
+        self.max_executions = max_executions
         self._lineage: dict[str, Any] | None = None
 
     # ---- execution ------------------------------------------------------------------------------
@@ -183,6 +201,8 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         return sql_hook(self.sql_conn_id, "sql_conn_id", self.hook_params)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        if self.source == UNLOADED:
+            return self._load_unloaded(context)
         execution = self._execution()
         if execution is not None:
             return self._load_execution(context, execution)
@@ -204,6 +224,46 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         return Path(task_rejects_location(None, context, self).path)
 
     # ---- an execution: download and load --------------------------------------------------------
+
+    def _load_unloaded(self, context: Context) -> dict[str, Any]:
+        """Load the completed executions the ledger lacks, oldest first, each committed as it loads."""
+        from abm_provider.hooks.abm import AbmHook
+
+        if not self.export_type:
+            raise AirflowFailException(
+                'source="unloaded" needs export_type=: the export job whose executions to load'
+            )
+        table = TableName.parse(self.table)
+        loaded = self._loader().loaded_executions(table, table.sibling(self.ledger_table))
+        listed = AbmHook(self.abm_conn_id).iter_executions(
+            self.export_type, state=COMPLETE_STATE, order_by="updateTime asc"
+        )
+        pending = [
+            e
+            for e in listed
+            if e.get("state") == COMPLETE_STATE and e.get("id") and str(e["id"]) not in loaded
+        ]
+        now, later = pending[: self.max_executions], pending[self.max_executions :]
+        self.log.info(
+            "%d completed %s executions are not in %s; loading %s%s",
+            len(pending),
+            self.export_type,
+            table,
+            ", ".join(str(e["id"]) for e in now) or "none",
+            f" ({len(later)} left for the next run: max_executions={self.max_executions})" if later else "",
+        )
+        results = []
+        for number, execution in enumerate(now, start=1):
+            self.log.info(
+                "Execution %d of %d: %s (%s)", number, len(now), execution["id"], execution.get("updateTime")
+            )
+            results.append(self._load_execution(context, execution))
+        return {
+            "source": UNLOADED,
+            "export_type": self.export_type,
+            "executions": results,
+            "left": len(later),
+        }
 
     def _execution(self) -> Mapping[str, Any] | None:
         """The source when it is an execution (or its link) rather than a downloaded file."""
@@ -306,14 +366,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
             execution_time=_naive_utc(meta.get("update_time")),
         )
         hook = self.get_db_hook()
-        loader = loader_for(
-            hook,
-            method=self.method,
-            duckdb_memory_limit=self.duckdb_memory_limit,
-            duckdb_threads=self.duckdb_threads,
-            chunk_rows=self.chunk_rows,
-            log=self.log,
-        )
+        loader = self._loader(hook)
         self.log.info(
             "Loading %s (%s, execution %s, %s) into %s via %s",
             path,
@@ -344,6 +397,17 @@ class ExecutionCsvToSqlOperator(BaseOperator):
             )
         self._lineage = {"hook": hook, "path": str(path), "table": table, "schema": schema, "result": result}
         return result.to_xcom()
+
+    def _loader(self, hook: Any = None) -> WarehouseLoader:
+        """The warehouse's loader, over ``hook`` (the connection's own hook when not given)."""
+        return loader_for(
+            hook if hook is not None else self.get_db_hook(),
+            method=self.method,
+            duckdb_memory_limit=self.duckdb_memory_limit,
+            duckdb_threads=self.duckdb_threads,
+            chunk_rows=self.chunk_rows,
+            log=self.log,
+        )
 
     # ---- inputs ---------------------------------------------------------------------------------
 

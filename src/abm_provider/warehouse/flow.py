@@ -152,6 +152,19 @@ class WarehouseLoader:
         result.seconds = round(time.monotonic() - started, 3)
         return result
 
+    def loaded_executions(self, table: TableName, ledger_table: TableName) -> set[str]:
+        """The ids of the executions the ledger says are in ``table``; none before its first load."""
+        d = self.dialect
+        conn = d.connect()
+        try:
+            cur = d.cursor(conn)
+            if d.table_columns(conn, cur, ledger_table) is None:
+                return set()
+            cur.execute(ledger.loaded_ids_sql(d, ledger_table), [str(table)])
+            return {str(row[0]) for row in cur.fetchall()}
+        finally:
+            d.close(conn)
+
     def _run(
         self,
         conn: Any,

@@ -120,6 +120,14 @@ def find_execution_sql(d: Dialect, ledger: TableName) -> str:
     )
 
 
+def loaded_ids_sql(d: Dialect, ledger: TableName) -> str:
+    """The ids of the executions loaded into a table (parameter: the table)."""
+    return (
+        f"SELECT DISTINCT execution_id FROM {d.table_sql(ledger)} WHERE target_table = {d.placeholder} "
+        "AND execution_id IS NOT NULL"
+    )
+
+
 def missing_columns(existing: Sequence[str]) -> list[tuple[str, str]]:
     """The columns (name, type) an older ledger with ``existing`` columns lacks."""
     have = {name.lower() for name in existing}
