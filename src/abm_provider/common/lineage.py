@@ -4,11 +4,16 @@ shared by the loader (its output) and the list sync (its input)."""
 from __future__ import annotations
 
 from contextlib import suppress
+from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from abm_provider.warehouse.dialects import dialect_for
 from abm_provider.warehouse.schema import TableName
+
+if TYPE_CHECKING:
+    from abm_provider.warehouse.flow import LoadResult
+    from abm_provider.warehouse.schema import ExportSchema
 
 
 def table_dataset(hook: Any, table: TableName) -> tuple[str, str]:
@@ -63,3 +68,35 @@ def table_input(ol: Any, hook: Any, table: TableName) -> Any:
     """The OpenLineage dataset of a warehouse table, named by :func:`table_dataset`."""
     namespace, name = table_dataset(hook, table)
     return ol.Dataset(namespace=namespace, name=name)
+
+
+@dataclass(frozen=True)
+class LoadLineage:
+    """What a load read and wrote: the CSV file in, the table out with its schema and row count."""
+
+    hook: Any
+    path: str
+    table: TableName
+    schema: ExportSchema
+    result: LoadResult
+
+    def facets(self) -> Any:
+        """The ``OperatorLineage`` of the load, or ``None`` when OpenLineage is not installed."""
+        ol = openlineage()
+        if ol is None:
+            return None
+        namespace, name = table_dataset(self.hook, self.table)
+        fields = [
+            ol.schema_dataset.SchemaDatasetFacetFields(name=column, type=kind.sql_type)
+            for column, kind in self.schema.columns
+        ]
+        statistics = ol.output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
+            rowCount=self.result.rows_loaded, size=self.result.bytes
+        )
+        output = ol.OutputDataset(
+            namespace=namespace,
+            name=name,
+            facets={"schema": ol.schema_dataset.SchemaDatasetFacet(fields=fields)},
+            outputFacets={"outputStatistics": statistics},
+        )
+        return ol.OperatorLineage(inputs=[ol.Dataset(namespace="file", name=self.path)], outputs=[output])

@@ -11,11 +11,6 @@ table as it was, and bad rows go to a rejects file instead of disappearing. See
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-import os
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,17 +18,18 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, ObjectStoragePath
 
 from abm_provider.assets import warehouse_asset
-from abm_provider.common.lineage import openlineage, table_dataset
+from abm_provider.common.lineage import LoadLineage
 from abm_provider.common.paths import as_storage_path, is_local, local_path
 from abm_provider.common.rejects import Limit, check_limit, default_rejects_path, task_rejects_location
 from abm_provider.common.sql import sql_hook
 from abm_provider.compat import AirflowFailException
 from abm_provider.exports.archive import file_sha256
 from abm_provider.exports.download import DownloadOptions, ExecutionDownload, display, execution_inputs
-from abm_provider.exports.selection import COMPLETE_STATE, parse_timestamp
+from abm_provider.exports.selection import COMPLETE_STATE
 from abm_provider.exports.stream import ExportStream
 from abm_provider.hooks._urls import safe_url
 from abm_provider.operators._base import is_deferred
+from abm_provider.transfers.sources import UNLOADED, execution_of, local_copy, naive_utc, source_meta
 from abm_provider.warehouse import LoadRequest, Method, SchemaMismatch, WarehouseLoader, loader_for
 from abm_provider.warehouse.ledger import DEFAULT_LEDGER_TABLE
 from abm_provider.warehouse.records import UnreadableFile, read_header
@@ -43,9 +39,6 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 __all__ = ["UNLOADED", "ExecutionCsvToSqlOperator", "warehouse_asset"]
-
-#: ``source`` meaning every completed execution of ``export_type`` that the ledger lacks.
-UNLOADED = "unloaded"
 
 _ON_SCHEMA_CHANGE = ("fail", "add_columns")
 
@@ -192,7 +185,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         self.stream = stream
         self.etag_is_md5 = etag_is_md5
         self.max_executions = max_executions
-        self._lineage: dict[str, Any] | None = None
+        self._lineage: LoadLineage | None = None
 
     # ---- execution ------------------------------------------------------------------------------
 
@@ -203,11 +196,11 @@ class ExecutionCsvToSqlOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         if self.source == UNLOADED:
             return self._load_unloaded(context)
-        execution = self._execution()
+        execution = execution_of(self.source)
         if execution is not None:
             return self._load_execution(context, execution)
-        meta = self._source_meta()
-        local, cleanup = self._local_copy(meta["path"])
+        meta = source_meta(self.source)
+        local, cleanup = local_copy(meta["path"], self.log)
         rejects = self._rejects(context, local, remote=cleanup is not None)
         try:
             return self._load(local, meta, rejects)
@@ -265,17 +258,6 @@ class ExecutionCsvToSqlOperator(BaseOperator):
             "left": len(later),
         }
 
-    def _execution(self) -> Mapping[str, Any] | None:
-        """The source when it is an execution (or its link) rather than a downloaded file."""
-        source = self.source
-        if isinstance(source, str) and source.lstrip().startswith("{"):
-            source = json.loads(source)
-        if not isinstance(source, Mapping) or source.get("path") or source.get("uri"):
-            return None
-        if source.get("downloadUri") or (source.get("id") and (source.get("exportId") or source.get("type"))):
-            return source
-        return None
-
     def _load_execution(self, context: Context, execution: Mapping[str, Any]) -> dict[str, Any]:
         from abm_provider.hooks.abm import AbmHook
 
@@ -326,7 +308,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         if done is None:
             done = download.run(hook, uri, target, execution_id, export_type)
         meta["sha256"] = done.get("sha256")
-        copy, cleanup = (local, None) if local is not None else self._local_copy(target)
+        copy, cleanup = (local, None) if local is not None else local_copy(target, self.log)
         try:
             result = self._load(copy, meta, self._rejects(context, copy, remote=cleanup is not None))
         finally:
@@ -363,7 +345,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
             on_schema_change="add_columns" if self.on_schema_change == "add_columns" else "fail",
             max_rejected=self.max_rejected,
             stream=stream,
-            execution_time=_naive_utc(meta.get("update_time")),
+            execution_time=naive_utc(meta.get("update_time")),
         )
         hook = self.get_db_hook()
         loader = self._loader(hook)
@@ -395,7 +377,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
                 result.seconds,
                 request.size / (1 << 20) / max(result.seconds, 1e-6),
             )
-        self._lineage = {"hook": hook, "path": str(path), "table": table, "schema": schema, "result": result}
+        self._lineage = LoadLineage(hook, str(path), table, schema, result)
         return result.to_xcom()
 
     def _loader(self, hook: Any = None) -> WarehouseLoader:
@@ -411,43 +393,6 @@ class ExecutionCsvToSqlOperator(BaseOperator):
 
     # ---- inputs ---------------------------------------------------------------------------------
 
-    def _source_meta(self) -> dict[str, Any]:
-        source = self.source
-        if isinstance(source, str) and source.lstrip().startswith("{"):
-            source = json.loads(source)  # a dict XCom rendered through a non-native Jinja template
-        if isinstance(source, Mapping):
-            path = source.get("path") or source.get("uri")
-            if not path:
-                raise AirflowFailException(f"source dict has no 'path': keys are {sorted(source)}")
-            return {
-                "path": path,
-                "sha256": source.get("sha256"),
-                "execution_id": source.get("execution_id") or source.get("executionId"),
-                "export_type": source.get("export_type") or source.get("exportType") or source.get("type"),
-                "update_time": source.get("update_time") or source.get("updateTime"),
-            }
-        if isinstance(source, str | os.PathLike):
-            return {"path": source}
-        raise AirflowFailException(
-            f"source must be a dict, a path or an ObjectStoragePath, got {type(source)}"
-        )
-
-    def _local_copy(self, location: Any) -> tuple[Path, Path | None]:
-        """A local path for the databases to read; remote objects are copied down in chunks first."""
-        if isinstance(location, Path):
-            return location, None
-        storage = location if isinstance(location, ObjectStoragePath) else ObjectStoragePath(str(location))
-        if is_local(storage):
-            path = Path(storage.path)
-            if not path.is_file():
-                raise AirflowFailException(f"source file {path} does not exist")
-            return path, None
-        handle, name = tempfile.mkstemp(prefix="abm-load-", suffix=".csv")
-        with os.fdopen(handle, "wb") as out, storage.open("rb") as src:
-            shutil.copyfileobj(src, out, 8 << 20)
-        self.log.info("Copied %s to %s for loading", storage, name)
-        return Path(name), Path(name)
-
     def _key_columns(self, default: tuple[str, ...]) -> tuple[str, ...]:
         keys = self.key_columns
         if keys is None:
@@ -461,33 +406,4 @@ class ExecutionCsvToSqlOperator(BaseOperator):
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Input: the CSV file; output: the table, with its schema and the rows written by this load."""
-        ol = openlineage()
-        if self._lineage is None or ol is None:
-            return None
-        info = self._lineage
-        table: TableName = info["table"]
-        namespace, name = table_dataset(info["hook"], table)
-        fields = [
-            ol.schema_dataset.SchemaDatasetFacetFields(name=column, type=kind.sql_type)
-            for column, kind in info["schema"].columns
-        ]
-        result = info["result"]
-        statistics = ol.output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
-            rowCount=result.rows_loaded, size=result.bytes
-        )
-        output = ol.OutputDataset(
-            namespace=namespace,
-            name=name,
-            facets={"schema": ol.schema_dataset.SchemaDatasetFacet(fields=fields)},
-            outputFacets={"outputStatistics": statistics},
-        )
-        return ol.OperatorLineage(inputs=[ol.Dataset(namespace="file", name=info["path"])], outputs=[output])
-
-
-def _naive_utc(value: Any) -> dt.datetime | None:
-    """An execution's ``updateTime`` as the ledger stores times (naive UTC); a clear error if unreadable."""
-    try:
-        parsed = parse_timestamp(value)
-    except ValueError as err:
-        raise AirflowFailException(f"the source's update_time {value!r} is not a timestamp: {err}") from err
-    return parsed.replace(tzinfo=None) if parsed is not None else None
+        return None if self._lineage is None else self._lineage.facets()
