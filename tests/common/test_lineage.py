@@ -141,3 +141,10 @@ def test_the_loaders_output_is_the_table_so_named_with_its_schema_and_row_count(
     assert [f.name for f in written.facets["schema"].fields] == TACTIC_COLUMNS
     statistics = written.outputFacets["outputStatistics"]
     assert (statistics.rowCount, statistics.size) == (len(rows), source["bytes"])
+    # The days the file holds are replaced whole: an overwrite of those partitions of the table.
+    loaded_days = [day.isoformat() for day in days(dt.date(2026, 10, 1), 2)]
+    subset = written.outputFacets["subset"].outputCondition
+    assert [(p.identifier, p.dimensions) for p in subset.partitions] == [
+        (day, {"date": day}) for day in loaded_days
+    ]
+    assert written.facets["lifecycleStateChange"].lifecycleStateChange.value == "OVERWRITE"

@@ -72,6 +72,23 @@ def ledger(warehouse: Warehouse) -> list[tuple[Any, ...]]:
     )
 
 
+def asset_partition_keys(dag_run: Any, task_id: str) -> list[str]:
+    """The partition keys of the Asset events the task of the run emitted, from the metadata DB."""
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        keys = session.scalars(
+            select(AssetEvent.partition_key).where(
+                AssetEvent.source_dag_id == dag_run.dag_id,
+                AssetEvent.source_run_id == dag_run.run_id,
+                AssetEvent.source_task_id == task_id,
+            )
+        ).all()
+    return sorted(str(key) for key in keys)
+
+
 def run_dag(logical_date: datetime) -> Any:
     dag = load_dag("abm_export_to_warehouse.py")
     dag_run = dag.test(logical_date=logical_date)
@@ -118,6 +135,11 @@ def test_export_dag_loads_restates_and_reruns_idempotently(
     load_2 = xcom(second, "load_warehouse")
     assert load_2["rows_loaded"] == len(newer) and load_2["rows_rejected"] == 0
     assert [row[0] for row in ledger(warehouse)] == [fired[0]["id"], second_execution["id"]]
+    # The table's Asset event names the days the load replaced, one partition key each (Airflow 3.3),
+    # so a DAG partitioned by day re-runs only those.
+    days = sorted({str(key[0]) for key in newer})
+    assert load_2["days"] == days
+    assert asset_partition_keys(second, "load_warehouse") == days
 
     # Run 3: no new execution; the same one is found, downloaded and loaded again: nothing changes.
     third = run_dag(today - timedelta(days=1))

@@ -51,8 +51,14 @@ def loaded(out: dict[str, Any]) -> list[str]:
 
 def test_one_run_loads_every_completed_execution_the_ledger_lacks_oldest_first(abm: Any, target: Any) -> None:
     ids = complete(abm, 3)
-    out = target.operator(source=UNLOADED, export_type=EXPORT_TYPE).execute(context={})
+    operator = target.operator(source=UNLOADED, export_type=EXPORT_TYPE)
+    out = operator.execute(context={})
     assert loaded(out) == ids and out["left"] == 0
+    # Each load names the days it replaced; the task's lineage reads every file it loaded.
+    assert all(r["days"] == sorted(r["days"]) and r["days"] for r in out["executions"])
+    assert [d.name for d in operator.get_openlineage_facets_on_complete(None).inputs] == [
+        r["archive"] for r in out["executions"]
+    ]
     assert [row[0] for row in target.ledger_rows()] == ids
     assert target.contents() == one_by_one(target, ids)
 

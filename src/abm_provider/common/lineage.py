@@ -4,7 +4,7 @@ shared by the loader (its output) and the list sync (its input)."""
 from __future__ import annotations
 
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +12,7 @@ from abm_provider.warehouse.dialects import dialect_for
 from abm_provider.warehouse.schema import TableName
 
 if TYPE_CHECKING:
-    from abm_provider.warehouse.flow import LoadResult
+    from abm_provider.warehouse.load import LoadResult
     from abm_provider.warehouse.schema import ExportSchema
 
 
@@ -46,8 +46,10 @@ def table_dataset(hook: Any, table: TableName) -> tuple[str, str]:
 def openlineage() -> Any:
     """The OpenLineage classes the operators report with, or ``None`` when OpenLineage is not installed.
 
-    ``OperatorLineage``, ``Dataset`` and ``OutputDataset``, and the facet modules ``schema_dataset`` and
-    ``output_statistics_output_dataset``, as attributes of the answer.
+    ``OperatorLineage``, ``Dataset`` and ``OutputDataset``, and the facet modules ``schema_dataset``,
+    ``output_statistics_output_dataset``, ``base_subset_dataset`` and ``lifecycle_state_change_dataset``
+    (the last two ``None`` with an OpenLineage client older than the subset facets), as attributes of
+    the answer.
     """
     try:
         from airflow.providers.openlineage.extractors import OperatorLineage
@@ -55,12 +57,19 @@ def openlineage() -> Any:
         from openlineage.client.facet_v2 import output_statistics_output_dataset, schema_dataset
     except ImportError:
         return None
+    subset: Any = None
+    lifecycle: Any = None
+    with suppress(ImportError):
+        from openlineage.client.facet_v2 import base_subset_dataset as subset
+        from openlineage.client.facet_v2 import lifecycle_state_change_dataset as lifecycle
     return SimpleNamespace(
         OperatorLineage=OperatorLineage,
         Dataset=Dataset,
         OutputDataset=OutputDataset,
         schema_dataset=schema_dataset,
         output_statistics_output_dataset=output_statistics_output_dataset,
+        base_subset_dataset=subset,
+        lifecycle_state_change_dataset=lifecycle,
     )
 
 
@@ -72,16 +81,25 @@ def table_input(ol: Any, hook: Any, table: TableName) -> Any:
 
 @dataclass(frozen=True)
 class LoadLineage:
-    """What a load read and wrote: the CSV file in, the table out with its schema and row count."""
+    """What a task's loads read and wrote: the CSV files in; the table out, with its schema, the rows
+    written, and the days replaced (marked as an overwrite of those partitions)."""
 
     hook: Any
-    path: str
     table: TableName
     schema: ExportSchema
-    result: LoadResult
+    paths: tuple[str, ...]
+    results: tuple[LoadResult, ...]
+
+    def plus(self, path: str, result: LoadResult) -> LoadLineage:
+        """The lineage once one more file was loaded into the same table."""
+        return replace(self, paths=(*self.paths, path), results=(*self.results, result))
+
+    @property
+    def days(self) -> list[str]:
+        return sorted({day for result in self.results for day in result.days})
 
     def facets(self) -> Any:
-        """The ``OperatorLineage`` of the load, or ``None`` when OpenLineage is not installed."""
+        """The ``OperatorLineage`` of the loads, or ``None`` when OpenLineage is not installed."""
         ol = openlineage()
         if ol is None:
             return None
@@ -90,13 +108,24 @@ class LoadLineage:
             ol.schema_dataset.SchemaDatasetFacetFields(name=column, type=kind.sql_type)
             for column, kind in self.schema.columns
         ]
-        statistics = ol.output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
-            rowCount=self.result.rows_loaded, size=self.result.bytes
-        )
-        output = ol.OutputDataset(
-            namespace=namespace,
-            name=name,
-            facets={"schema": ol.schema_dataset.SchemaDatasetFacet(fields=fields)},
-            outputFacets={"outputStatistics": statistics},
-        )
-        return ol.OperatorLineage(inputs=[ol.Dataset(namespace="file", name=self.path)], outputs=[output])
+        output_facets: dict[str, Any] = {
+            "outputStatistics": ol.output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
+                rowCount=sum(r.rows_loaded for r in self.results), size=sum(r.bytes for r in self.results)
+            )
+        }
+        facets: dict[str, Any] = {"schema": ol.schema_dataset.SchemaDatasetFacet(fields=fields)}
+        column, days = self.schema.day_column, self.days
+        if column is not None and days and ol.base_subset_dataset is not None:
+            # The days are replaced whole: an overwrite of those partitions, not of the table.
+            subset = ol.base_subset_dataset
+            partitions = [subset.Partition(dimensions={column: day}, identifier=day) for day in days]
+            output_facets["subset"] = subset.OutputSubsetOutputDatasetFacet(
+                outputCondition=subset.PartitionSubsetCondition(partitions=partitions)
+            )
+            lifecycle = ol.lifecycle_state_change_dataset
+            facets["lifecycleStateChange"] = lifecycle.LifecycleStateChangeDatasetFacet(
+                lifecycleStateChange=lifecycle.LifecycleStateChange.OVERWRITE
+            )
+        output = ol.OutputDataset(namespace=namespace, name=name, facets=facets, outputFacets=output_facets)
+        inputs = [ol.Dataset(namespace="file", name=path) for path in self.paths]
+        return ol.OperatorLineage(inputs=inputs, outputs=[output])

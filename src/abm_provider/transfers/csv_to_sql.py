@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from airflow.sdk import BaseOperator, ObjectStoragePath
+from airflow.sdk import Asset, BaseOperator, ObjectStoragePath
 
 from abm_provider.assets import warehouse_asset
 from abm_provider.common.lineage import LoadLineage
@@ -37,6 +37,7 @@ from abm_provider.warehouse.schema import TableName, check_identifier, export_sc
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from pydantic import JsonValue
 
 __all__ = ["UNLOADED", "ExecutionCsvToSqlOperator", "warehouse_asset"]
 
@@ -194,8 +195,28 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         return sql_hook(self.sql_conn_id, "sql_conn_id", self.hook_params)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        if self.source == UNLOADED:
-            return self._load_unloaded(context)
+        self._lineage = None
+        out = self._load_unloaded(context) if self.source == UNLOADED else self._load_source(context)
+        self._announce_days(context)
+        return out
+
+    def _announce_days(self, context: Context) -> None:
+        """Put the days the loads replaced on the table's Asset event: as its partition keys (Airflow
+        3.3's ``add_partitions``), so a DAG partitioned by day re-runs only those, and in its extra."""
+        days = [] if self._lineage is None else self._lineage.days
+        events = context.get("outlet_events") if days else None
+        if events is None:
+            return
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset):
+                event = events[outlet]
+                event.extra["days"] = cast("list[JsonValue]", days)
+                add_partitions = getattr(event, "add_partitions", None)
+                if add_partitions is not None:  # Airflow 3.3 and later
+                    add_partitions(days)
+
+    def _load_source(self, context: Context) -> dict[str, Any]:
+        """Load what ``source`` names: an execution to download, or a downloaded file."""
         execution = execution_of(self.source)
         if execution is not None:
             return self._load_execution(context, execution)
@@ -377,7 +398,10 @@ class ExecutionCsvToSqlOperator(BaseOperator):
                 result.seconds,
                 request.size / (1 << 20) / max(result.seconds, 1e-6),
             )
-        self._lineage = LoadLineage(hook, str(path), table, schema, result)
+        if self._lineage is None:
+            self._lineage = LoadLineage(hook, table, schema, (str(path),), (result,))
+        else:
+            self._lineage = self._lineage.plus(str(path), result)
         return result.to_xcom()
 
     def _loader(self, hook: Any = None) -> WarehouseLoader:

@@ -13,7 +13,8 @@ from typing import Any, Literal
 from abm_provider.common.rejects import TooManyRejects
 from abm_provider.warehouse.checks import SchemaMismatch
 from abm_provider.warehouse.dialects import Dialect, DialectOptions, dialect_for, dialect_name
-from abm_provider.warehouse.flow import LoadRequest, LoadResult, WarehouseLoader
+from abm_provider.warehouse.flow import WarehouseLoader
+from abm_provider.warehouse.load import LoadRequest, LoadResult
 
 Method = Literal["auto", "native", "generic"]
 

@@ -23,7 +23,7 @@ from abm_provider.warehouse.sql import STAGE_TABLE
 
 if TYPE_CHECKING:
     from abm_provider.warehouse.dialects.base import Dialect, Staged
-    from abm_provider.warehouse.flow import LoadRequest
+    from abm_provider.warehouse.load import LoadRequest
 
 
 class SchemaMismatch(ValueError):

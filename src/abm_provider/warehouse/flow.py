@@ -34,84 +34,18 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from abm_provider.common.rejects import Limit
 from abm_provider.warehouse import checks, ledger, sql
 from abm_provider.warehouse.checks import ColumnPlan, plan_columns
 from abm_provider.warehouse.dialects.base import Dialect
+from abm_provider.warehouse.load import LoadRequest, LoadResult
 from abm_provider.warehouse.rules_sql import SqlValidated
-from abm_provider.warehouse.schema import ExportSchema, TableName
+from abm_provider.warehouse.schema import Kind, TableName
 from abm_provider.warehouse.sql import STAGE_TABLE
-from abm_provider.warehouse.stream import ByteSource, IncomingFile
+from abm_provider.warehouse.stream import IncomingFile
 
-OnSchemaChange = Literal["fail", "add_columns"]
 _MB = 1024 * 1024
-
-
-@dataclass
-class LoadRequest:
-    """Everything one load needs, already resolved from the operator's (templated) arguments.
-
-    With a ``stream`` the file at ``path`` is still downloading: a dialect whose bulk path can read
-    it as it arrives does, then :meth:`IncomingFile.wait_for_download` waits for the file to be
-    complete and checked, fills in ``sha256`` and ``size`` (empty until then) and drops the stream,
-    before anything else reads ``path`` and before the commit.
-    """
-
-    path: Path
-    source: str
-    table: TableName
-    export: ExportSchema
-    key_columns: tuple[str, ...]
-    execution_id: str | None
-    sha256: str
-    size: int
-    rejects_path: Path
-    ledger: TableName
-    force: bool = False
-    on_schema_change: OnSchemaChange = "fail"
-    max_rejected: Limit = 0
-    stream: ByteSource | None = None
-    #: When the execution completed (its ``updateTime``, UTC, naive), which orders loads into one
-    #: table: rows an execution wrote are never replaced by an older execution's. ``None``: unknown
-    #: (a bare file), and the load replaces what it restates, as every load did before.
-    execution_time: dt.datetime | None = None
-
-
-@dataclass
-class LoadResult:
-    """The XCom summary of one load: small, JSON-serialisable, no row data."""
-
-    table: str
-    export_type: str
-    execution_id: str | None
-    sha256: str
-    bytes: int
-    method: str
-    rows_loaded: int = 0
-    rows_deleted: int = 0
-    rows_rejected: int = 0
-    rejects_path: str | None = None
-    seconds: float = 0.0
-    skipped: bool = False
-    columns_added: list[str] = field(default_factory=list)
-    #: Rows of the file not loaded because a newer execution's row already holds their key: this
-    #: execution arrived after a newer one (a backfill, a concurrent run), and the newer figures stay.
-    rows_stale: int = 0
-    #: The newer executions that hold those keys (at most five), when ``rows_stale`` is not 0.
-    newer_executions: list[str] = field(default_factory=list)
-
-    @property
-    def rows_replaced(self) -> int:
-        return self.rows_deleted
-
-    def to_xcom(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["rows_replaced"] = self.rows_deleted
-        return data
 
 
 class WarehouseLoader:
@@ -224,6 +158,7 @@ class WarehouseLoader:
 
         loaded_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         self._replace(cur, request, plan, loaded_at, result)
+        result.days = self._days(cur, request, STAGE_TABLE, staged=True)
         self._write_ledger(conn, cur, request, result, loaded_at)
         conn.commit()
 
@@ -274,10 +209,23 @@ class WarehouseLoader:
             request.size / _MB / seconds,
         )
         result.rows_loaded = rows
+        result.days = self._days(cur, request, d.table_sql(request.table), staged=False)
         self._report_rejects(request, len(plan.header), {}, rows, result)
         self._write_ledger(conn, cur, request, result, loaded_at)
         conn.commit()
         return True
+
+    def _days(self, cur: Any, request: LoadRequest, rows: str, *, staged: bool) -> list[str]:
+        """The days the load's rows are about, from ``rows``: the stage (valid rows, as text) or a table
+        only this load wrote."""
+        column = request.export.day_column
+        if column is None:
+            return []
+        d = self.dialect
+        day = d.typed(d.quote(column), Kind.DATE) if staged else d.quote(column)
+        valid = " WHERE _reason IS NULL" if staged else ""
+        cur.execute(f"SELECT DISTINCT {day} FROM {rows}{valid}")
+        return sorted(str(row[0])[:10] for row in cur.fetchall() if row[0] is not None)
 
     def _restart(self, conn: Any, cur: Any) -> None:
         """Undo everything of the transaction and open a fresh one for the staged flow."""

@@ -19,7 +19,8 @@ from abm_provider.warehouse.sql import STAGE_TABLE, match_sql
 
 if TYPE_CHECKING:
     from abm_provider.warehouse.checks import ColumnPlan
-    from abm_provider.warehouse.flow import LoadRequest, LoadResult, WarehouseLoader
+    from abm_provider.warehouse.flow import WarehouseLoader
+from abm_provider.warehouse.load import LoadRequest, LoadResult
 
 
 def newer_execution(loader: WarehouseLoader, cur: Any, request: LoadRequest) -> tuple[str, Any] | None:

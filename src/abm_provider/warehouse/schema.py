@@ -104,6 +104,13 @@ class ExportSchema:
     def kinds(self) -> dict[str, Kind]:
         return dict(self.columns)
 
+    @property
+    def day_column(self) -> str | None:
+        """The date column of the natural key: the day a row is about, and the partition a load
+        replaces; ``None`` when the key has none."""
+        kinds = self.kinds()
+        return next((name for name in self.natural_key if kinds.get(name) is Kind.DATE), None)
+
 
 #: Columns both export types share: the day, the tactic, and what was delivered.
 _DAY = (("date", Kind.DATE),)

@@ -15,7 +15,7 @@ from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN
 if TYPE_CHECKING:
     from abm_provider.warehouse.checks import ColumnPlan
     from abm_provider.warehouse.dialects.base import Dialect
-    from abm_provider.warehouse.flow import LoadRequest
+    from abm_provider.warehouse.load import LoadRequest
 
 #: The temporary table a file is staged in, one per connection.
 STAGE_TABLE = "_abm_stage"

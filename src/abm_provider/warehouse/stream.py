@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from abm_provider.warehouse.records import parse_header, read_header
 
 if TYPE_CHECKING:
-    from abm_provider.warehouse.flow import LoadRequest
+    from abm_provider.warehouse.load import LoadRequest
 
 _MB = 1024 * 1024
 

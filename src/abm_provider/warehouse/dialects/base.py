@@ -24,7 +24,7 @@ from abm_provider.warehouse.schema import Kind, TableName
 
 if TYPE_CHECKING:
     from abm_provider.warehouse.checks import ColumnPlan
-    from abm_provider.warehouse.flow import LoadRequest
+    from abm_provider.warehouse.load import LoadRequest
     from abm_provider.warehouse.stream import IncomingFile
 
 

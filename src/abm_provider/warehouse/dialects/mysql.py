@@ -48,7 +48,7 @@ from abm_provider.warehouse.sql import STAGE_TABLE
 
 if TYPE_CHECKING:
     from abm_provider.warehouse.checks import ColumnPlan
-    from abm_provider.warehouse.flow import LoadRequest
+    from abm_provider.warehouse.load import LoadRequest
     from abm_provider.warehouse.stream import IncomingFile
 
 #: How long a load waits for another load of the same table to end.

@@ -54,7 +54,7 @@ from abm_provider.warehouse.sql import STAGE_TABLE
 
 if TYPE_CHECKING:
     from abm_provider.warehouse.checks import ColumnPlan
-    from abm_provider.warehouse.flow import LoadRequest
+    from abm_provider.warehouse.load import LoadRequest
     from abm_provider.warehouse.stream import IncomingFile, StreamReader
 
 CHUNK = 1024 * 1024

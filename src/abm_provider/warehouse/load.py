@@ -1,0 +1,85 @@
+"""What one load is asked to do (:class:`LoadRequest`) and what it did (:class:`LoadResult`).
+
+The operator resolves its templated arguments into a request; the loader
+(:class:`~abm_provider.warehouse.flow.WarehouseLoader`) and the dialects read it, and the result is
+the task's XCom.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from abm_provider.common.rejects import Limit
+from abm_provider.warehouse.schema import ExportSchema, TableName
+from abm_provider.warehouse.stream import ByteSource
+
+OnSchemaChange = Literal["fail", "add_columns"]
+
+
+@dataclass
+class LoadRequest:
+    """Everything one load needs, already resolved from the operator's (templated) arguments.
+
+    With a ``stream`` the file at ``path`` is still downloading: a dialect whose bulk path can read
+    it as it arrives does, then :meth:`IncomingFile.wait_for_download` waits for the file to be
+    complete and checked, fills in ``sha256`` and ``size`` (empty until then) and drops the stream,
+    before anything else reads ``path`` and before the commit.
+    """
+
+    path: Path
+    source: str
+    table: TableName
+    export: ExportSchema
+    key_columns: tuple[str, ...]
+    execution_id: str | None
+    sha256: str
+    size: int
+    rejects_path: Path
+    ledger: TableName
+    force: bool = False
+    on_schema_change: OnSchemaChange = "fail"
+    max_rejected: Limit = 0
+    stream: ByteSource | None = None
+    #: When the execution completed (its ``updateTime``, UTC, naive), which orders loads into one
+    #: table: rows an execution wrote are never replaced by an older execution's. ``None``: unknown
+    #: (a bare file), and the load replaces what it restates, as every load did before.
+    execution_time: dt.datetime | None = None
+
+
+@dataclass
+class LoadResult:
+    """The XCom summary of one load: small, JSON-serialisable, no row data."""
+
+    table: str
+    export_type: str
+    execution_id: str | None
+    sha256: str
+    bytes: int
+    method: str
+    rows_loaded: int = 0
+    rows_deleted: int = 0
+    rows_rejected: int = 0
+    rejects_path: str | None = None
+    seconds: float = 0.0
+    skipped: bool = False
+    columns_added: list[str] = field(default_factory=list)
+    #: Rows of the file not loaded because a newer execution's row already holds their key: this
+    #: execution arrived after a newer one (a backfill, a concurrent run), and the newer figures stay.
+    rows_stale: int = 0
+    #: The newer executions that hold those keys (at most five), when ``rows_stale`` is not 0.
+    newer_executions: list[str] = field(default_factory=list)
+    #: The days (``YYYY-MM-DD``) the file holds rows of, oldest first: the partitions the load
+    #: replaced. Empty for a skipped load, or an export whose key has no date.
+    days: list[str] = field(default_factory=list)
+
+    @property
+    def rows_replaced(self) -> int:
+        return self.rows_deleted
+
+    def to_xcom(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["rows_replaced"] = self.rows_deleted
+        return data
