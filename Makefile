@@ -12,7 +12,7 @@ export UV_PYTHON_DOWNLOADS := never
 .PHONY: help install mariadb-dev browser test lint typecheck unit release-check compat demo bench e2e clean
 
 help:
-	@echo "make demo    - the main job end to end: emulator + both example DAGs into DuckDB, then a summary"
+	@echo "make demo    - the main job end to end: emulator + the example DAGs into DuckDB, then a summary"
 	@echo "make test    - install (if needed), then ruff, mypy and pytest"
 	@echo "make install - create .venv from uv.lock with compiled bytecode"
 	@echo "make release-check - build both distributions, twine check, file lists, install from the sdists, smoke"

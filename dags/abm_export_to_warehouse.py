@@ -16,16 +16,12 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 
-from airflow.providers.common.sql.operators.sql import (
-    SQLCheckOperator,
-    SQLColumnCheckOperator,
-    SQLTableCheckOperator,
-)
 from airflow.sdk import DAG
 
 from abm_provider.operators.exports import CreateExportJobOperator
 from abm_provider.sensors.exports import ExecutionCompleteSensor
 from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
+from abm_provider.transfers.table_checks import export_table_checks
 
 ABM_CONN_ID = os.environ.get("ABM_CONN_ID", "abm_default")
 WAREHOUSE_CONN_ID = os.environ.get("ABM_WAREHOUSE_CONN_ID", "abm_warehouse")
@@ -36,10 +32,6 @@ EXPORT_SCHEDULE = os.environ.get("ABM_EXPORT_SCHEDULE", "0 5 * * *")
 # Seconds between looks at the executions while deferred; the demo and tests use a fast clock.
 POKE_INTERVAL = float(os.environ.get("ABM_POKE_INTERVAL", "60"))
 TABLE = os.environ.get("ABM_EXPORT_TABLE", "abm_tactic_performance")
-KEY_COLUMNS = {
-    "TACTIC_PERFORMANCE": ("date", "tactic_id"),
-    "DISPLAY_TACTIC_ACCOUNT_PERFORMANCE": ("date", "tactic_id", "account_id"),
-}[EXPORT_TYPE]
 
 with DAG(
     dag_id="abm_export_to_warehouse",
@@ -80,29 +72,7 @@ with DAG(
         export_type=EXPORT_TYPE,
     )
 
-    check_rows = SQLTableCheckOperator(
-        task_id="check_row_count",
-        conn_id=WAREHOUSE_CONN_ID,
-        table=TABLE,
-        checks={"has_rows": {"check_statement": "COUNT(*) > 0"}},
-    )
-
-    check_keys_not_null = SQLColumnCheckOperator(
-        task_id="check_keys_not_null",
-        conn_id=WAREHOUSE_CONN_ID,
-        table=TABLE,
-        column_mapping={column: {"null_check": {"equal_to": 0}} for column in KEY_COLUMNS},
-    )
-
-    key_list = ", ".join(KEY_COLUMNS)
-    check_no_duplicate_keys = SQLCheckOperator(
-        task_id="check_no_duplicate_keys",
-        conn_id=WAREHOUSE_CONN_ID,
-        sql=(
-            f"SELECT COUNT(*) = 0 FROM (SELECT {key_list} FROM {TABLE} "
-            f"GROUP BY {key_list} HAVING COUNT(*) > 1) AS duplicate_keys"
-        ),
-    )
+    checks = export_table_checks(WAREHOUSE_CONN_ID, TABLE, EXPORT_TYPE)
 
     ensure_export_job >> wait_for_execution >> load_warehouse
-    load_warehouse >> [check_rows, check_keys_not_null, check_no_duplicate_keys]
+    load_warehouse >> checks

@@ -1,12 +1,15 @@
 """`make demo`: the main job end to end on embedded defaults, in one command.
 
 Starts the emulator with a fast clock, prepares a throw-away Airflow home on SQLite and a DuckDB
-warehouse under `.state/demo`, seeds a target-accounts table, runs both example DAGs with
-`airflow dags test`, prints what landed where, and stops the emulator, also on failure.
+warehouse under `.state/demo`, seeds a target-accounts table, runs the example DAGs with
+`airflow dags test` (the event-driven one after its watcher, run here as the triggerer would, has
+fired for the next completed execution), prints what landed where, and stops the emulator, also on
+failure.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -19,6 +22,7 @@ from collections.abc import Mapping
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -102,14 +106,44 @@ def change_target_accounts(path: Path, leave: int, join: int) -> None:
 
 
 def sync_results() -> list[dict[str, int]]:
-    """Each sync run's counts, as its last task returned them (read from Airflow's SQLite database)."""
+    """Each sync run's counts, as its last task returned them."""
+    return task_results("abm_sync_account_lists", "sync_list")
+
+
+def task_results(dag_id: str, task_id: str) -> list[Any]:
+    """What a task returned in each run, oldest first (read from Airflow's SQLite database)."""
     with closing(sqlite3.connect(STATE / "airflow" / "airflow.db")) as con:
         rows = con.execute(
-            "SELECT value FROM xcom WHERE dag_id = 'abm_sync_account_lists' AND task_id = 'sync_list' "
-            "AND key = 'return_value' ORDER BY timestamp"
+            "SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND key = 'return_value' "
+            "ORDER BY timestamp",
+            [dag_id, task_id],
         ).fetchall()
     results = [json.loads(r[0]) if isinstance(r[0], str) else r[0] for r in rows]
-    return [r if isinstance(r, dict) else json.loads(r) for r in results]
+    return [json.loads(r) if isinstance(r, str) else r for r in results]
+
+
+def watch_once(env: Mapping[str, str], after: str, timeout: float) -> dict[str, Any]:
+    """Run the event DAG's watcher until it fires: the first execution that completes after ``after``.
+
+    This is what the triggerer does all the time for a DAG scheduled on ``export_asset(...)``; the
+    demo has no triggerer running, so it runs the same trigger here, then starts the DAG by hand.
+    """
+    os.environ.update(env)  # the connection, and the demo's Airflow home, for the trigger's hook
+    from abm_provider.triggers.exports import ExecutionCompletedEventTrigger
+
+    trigger = ExecutionCompletedEventTrigger(
+        abm_conn_id="abm_default", export_type="TACTIC_PERFORMANCE", poll_interval=1, start_after=after
+    )
+
+    async def first_event() -> dict[str, Any]:
+        events = trigger.run()
+        try:
+            event = await asyncio.wait_for(anext(events), timeout)
+        finally:
+            await events.aclose()
+        return dict(event.payload)
+
+    return asyncio.run(first_event())
 
 
 def run(cmd: list[str], env: Mapping[str, str], log_name: str) -> None:
@@ -139,6 +173,7 @@ def summarize(emulator: RunningEmulator) -> None:
             "SELECT execution_id, rows_loaded, rows_rejected FROM abm_load_ledger "
             "ORDER BY loaded_at DESC LIMIT 1"
         ).fetchone()
+        loads = con.execute("SELECT COUNT(*) FROM abm_load_ledger").fetchone()
         members = con.execute("SELECT list_id, COUNT(*) FROM abm_sync_members GROUP BY 1").fetchone()
         rejects = con.execute(
             "SELECT reason, COUNT(*) FROM abm_sync_rejects GROUP BY reason ORDER BY 2 DESC"
@@ -157,6 +192,16 @@ def summarize(emulator: RunningEmulator) -> None:
         )
     if ledger:
         print(f"  last load: execution {ledger[0]}, {ledger[1]} rows loaded, {ledger[2]} rejected")
+    print(f"  abm_load_ledger: {loads[0] if loads else 0} loads")
+    print("Event-driven export (abm_export_on_event, scheduled on the export's Asset):")
+    for result in task_results("abm_export_on_event", "load_unloaded"):
+        for load in result["executions"]:
+            days = load["days"]
+            print(
+                f"  loaded execution {load['execution_id']}: {load['rows_loaded']} rows, "
+                f"replacing {len(days)} days ({days[0] if days else '-'} to {days[-1] if days else '-'}), "
+                "the partition keys of the table's Asset event"
+            )
     print("Account list sync (abm_sync_account_lists):")
     for number, result in enumerate(sync_results(), start=1):
         print(
@@ -204,6 +249,20 @@ def main() -> int:
         seed_target_accounts(WAREHOUSE, TARGET_ACCOUNTS)
         log(f"seeded {TARGET_ACCOUNTS} target accounts into {WAREHOUSE}")
         run([airflow, "dags", "test", "abm_export_to_warehouse"], env, "abm_export_to_warehouse")
+        with duckdb.connect(str(WAREHOUSE), read_only=True) as con:
+            loaded = con.execute("SELECT MAX(execution_time) FROM abm_load_ledger").fetchone()
+        assert loaded is not None and loaded[0] is not None, "the daily DAG recorded no execution time"
+        # Skip the emulated hours until just before the job's next 05:00 run, so the watcher waits a
+        # second rather than the rest of the emulated day.
+        now = datetime.fromisoformat(emulator.clock()["now"])
+        fire = now.replace(hour=5, minute=0, second=0, microsecond=0)
+        fire += timedelta(days=1) if fire <= now else timedelta()
+        emulator.advance(max((fire - now).total_seconds() - 600, 0))
+        log("watching for the next completed execution, as the event DAG's Asset watcher does")
+        after = loaded[0] + timedelta(seconds=1)  # naive UTC, as the ledger keeps times
+        event = watch_once(env, after=f"{after.isoformat()}+00:00", timeout=60)
+        log(f"  the watcher fired: execution {event['execution_id']} completed at {event['update_time']}")
+        run([airflow, "dags", "test", "abm_export_on_event"], env, "abm_export_on_event")
         run([airflow, "dags", "test", "abm_sync_account_lists"], env, "abm_sync_account_lists")
         change_target_accounts(WAREHOUSE, leave=40, join=25)
         log("40 accounts left the target set and 25 joined; syncing again (only the change is sent)")

@@ -422,6 +422,7 @@ def _make(block: Block, tmp_path: Path) -> None:
             env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
             out = _run(["make", "demo"], block, ROOT, env, timeout=900)
             assert "abm_sync_members" in out and "abm_tactic_performance" in out, out[-3000:]
+            assert "the watcher fired" in out and "loaded execution" in out, out[-3000:]
         else:
             pytest.fail(f"{block.where}: no runner for {command!r}")
 
