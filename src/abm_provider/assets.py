@@ -64,21 +64,16 @@ def sanitize_export_uri(uri: SplitResult) -> SplitResult:
 
 
 def export_asset(
-    export_type: str,
-    abm_conn_id: str = "abm_default",
-    poll_interval: float = 60.0,
-    *,
-    start_after: str | None = None,
-    max_consecutive_failures: int = 5,
-    **settings: Any,
+    export_type: str, abm_conn_id: str = "abm_default", poll_interval: float = 60.0, **trigger_args: Any
 ) -> Asset:
     """The Asset of ``export_type``'s completed executions, watched: ready for ``schedule=[...]``.
 
     Its watcher (:class:`~abm_provider.triggers.exports.ExecutionCompletedEventTrigger`) fires once
-    per execution that completes after it starts (or after ``start_after``), polling every
-    ``poll_interval`` seconds. Several events may be folded into one DAG run, so the DAG should load
-    with ``source="unloaded"`` rather than read "the" event. ``settings`` are the trigger's request
-    settings (``max_attempts``, ``retry_max_wait``, ``request_timeout``, ``hook_params``).
+    per execution that completes after it starts, polling every ``poll_interval`` seconds. Several
+    events may be folded into one DAG run, so the DAG should load with ``source="unloaded"`` rather
+    than read "the" event. ``trigger_args`` go to the trigger: ``start_after``,
+    ``max_consecutive_failures`` and the request settings (``max_attempts``, ``retry_max_wait``,
+    ``request_timeout``, ``hook_params``).
     """
     from abm_provider.triggers.exports import ExecutionCompletedEventTrigger
 
@@ -88,9 +83,7 @@ def export_asset(
         export_type=export_type,
         asset_name=name,
         poll_interval=poll_interval,
-        start_after=start_after,
-        max_consecutive_failures=max_consecutive_failures,
-        **settings,
+        **trigger_args,
     )
     return Asset(
         name=name,

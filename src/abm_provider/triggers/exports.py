@@ -46,8 +46,23 @@ __all__ = [
 ]
 
 
+def _check_poll_interval(poll_interval: float) -> None:
+    """A trigger polls at a positive interval (checked when the DAG is parsed, not in the triggerer)."""
+    if poll_interval <= 0:
+        raise ValueError(f"poll_interval must be positive, got {poll_interval}")
+
+
 class _ListsExecutions(TaskSettings):
     """A trigger that lists an export type's executions with the async hook its settings make."""
+
+    #: The trigger's own arguments, kept as attributes of the same names, as it serializes them.
+    _arguments: tuple[str, ...] = ()
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """Class path and primitive kwargs only (its own arguments, then the hook settings): no key,
+        no link, no hook, no datetime objects."""
+        own = {name: getattr(self, name) for name in self._arguments}
+        return f"{type(self).__module__}.{type(self).__qualname__}", {**own, **self.hook_settings()}
 
     def _hook(self) -> AbmAsyncHook:
         from abm_provider.hooks.abm import AbmAsyncHook
@@ -80,6 +95,8 @@ class ExecutionCompleteTrigger(_ListsExecutions, BaseTrigger):
     pages cannot hold the trigger past it.
     """
 
+    _arguments = ("export_type", "updated_after", "poll_interval", "deadline")
+
     def __init__(
         self,
         *,
@@ -92,8 +109,7 @@ class ExecutionCompleteTrigger(_ListsExecutions, BaseTrigger):
     ) -> None:
         """``settings``: ``max_attempts``, ``retry_max_wait``, ``request_timeout`` and ``hook_params``."""
         super().__init__()
-        if poll_interval <= 0:
-            raise ValueError(f"poll_interval must be positive, got {poll_interval}")
+        _check_poll_interval(poll_interval)
         # Fail at construction (in the worker, before deferring) rather than in the triggerer.
         self._cutoff = parse_timestamp(updated_after)
         self.export_type = export_type
@@ -107,19 +123,6 @@ class ExecutionCompleteTrigger(_ListsExecutions, BaseTrigger):
         if given["retry_max_wait"] is None:
             given["retry_max_wait"] = earlier
         self.set_hook_settings(abm_conn_id, **given)
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        """Class path and primitive kwargs only: no key, no hook, no datetime objects."""
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "export_type": self.export_type,
-                "updated_after": self.updated_after,
-                "poll_interval": self.poll_interval,
-                "deadline": self.deadline,
-                **self.hook_settings(),
-            },
-        )
 
     async def check_once(self, hook: AbmAsyncHook) -> Verdict:
         """One look at the executions, newest first, reading only as many pages as the answer needs."""
@@ -264,20 +267,21 @@ class ExecutionCompletedEventTrigger(_ListsExecutions, BaseEventTrigger):
     :param settings: ``max_attempts``, ``retry_max_wait``, ``request_timeout`` and ``hook_params``.
     """
 
+    _arguments = ("export_type", "asset_name", "poll_interval", "start_after", "max_consecutive_failures")
+
     def __init__(
         self,
         *,
         abm_conn_id: str,
         export_type: str,
-        asset_name: str | None = None,
         poll_interval: float = 60.0,
+        asset_name: str | None = None,
         start_after: str | None = None,
         max_consecutive_failures: int = 5,
         **settings: Any,
     ) -> None:
         super().__init__()
-        if poll_interval <= 0:
-            raise ValueError(f"poll_interval must be positive, got {poll_interval}")
+        _check_poll_interval(poll_interval)
         if max_consecutive_failures < 1:
             raise ValueError(f"max_consecutive_failures must be at least 1, got {max_consecutive_failures}")
         self._start = parse_timestamp(start_after)  # fails at DAG parse time, not in the triggerer
@@ -288,20 +292,6 @@ class ExecutionCompletedEventTrigger(_ListsExecutions, BaseEventTrigger):
         self.max_consecutive_failures = int(max_consecutive_failures)
         self.set_hook_settings(abm_conn_id, **(dict.fromkeys(TASK_SETTINGS) | settings))
         self._warned_no_store = False
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        """Class path and primitive kwargs only: no key, no link, no hook."""
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "export_type": self.export_type,
-                "asset_name": self.asset_name,
-                "poll_interval": self.poll_interval,
-                "start_after": self.start_after,
-                "max_consecutive_failures": self.max_consecutive_failures,
-                **self.hook_settings(),
-            },
-        )
 
     def _start_cursor(self) -> Cursor:
         return Cursor(self._start or datetime.now(UTC))
