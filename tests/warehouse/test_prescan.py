@@ -212,3 +212,16 @@ def test_keys_that_repeat_or_go_back_prove_nothing(tmp_path: Path, where: str) -
     count, increasing = _order(_csv(tmp_path, rows), block_size=1024)
     assert count == len(rows)
     assert increasing is expect_increasing
+
+
+def test_the_pre_scan_gathers_the_days_across_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The days a load replaced come from the pass over the file, not from a DISTINCT in the database."""
+    from abm_provider.warehouse import prescan
+
+    monkeypatch.setattr(prescan, "BLOCK_SIZE", 4096)  # many batches, each with a few of the days
+    rows = [_keyed(f"2026-10-{day:02d}", f"{tactic:08d}") for day in (3, 1, 2, 30) for tactic in range(60)]
+    days = prescan.DaySet("date")
+    assert count_if_all_pass(_csv(tmp_path, rows), HEADER, KINDS, KEYS, threading.Event(), days=days) == 240
+    assert sorted(days.values) == ["2026-10-01", "2026-10-02", "2026-10-03", "2026-10-30"]

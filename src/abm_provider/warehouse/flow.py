@@ -158,7 +158,7 @@ class WarehouseLoader:
 
         loaded_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         self._replace(cur, request, plan, loaded_at, result)
-        result.days = self._days(cur, request, STAGE_TABLE, staged=True)
+        result.days = list(staged.days or self._days(cur, request, STAGE_TABLE, staged=True))
         self._write_ledger(conn, cur, request, result, loaded_at)
         conn.commit()
 
@@ -188,16 +188,17 @@ class WarehouseLoader:
         loaded_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         started = time.monotonic()
         digest_known = bool(request.sha256)
-        rows = d.load_direct(cur, request, plan, loaded_at, incoming)
+        filled = d.load_direct(cur, request, plan, loaded_at, incoming)
         incoming.wait_for_download()
         if not (digest_known or request.force) and self._already_loaded(conn, cur, request):
             # A link without an execution id: only now, downloaded, does the file say what it is.
             d.rollback(conn)
             result.skipped = True
             return True
-        if rows is None:
+        if filled is None:
             self._restart(conn, cur)
             return False
+        rows = filled.rows
         seconds = max(time.monotonic() - started, 1e-6)
         self.log.info(
             "Loaded %s (%.1f MB) straight into the new table %s in %.1f s (%.1f MB/s): every record "
@@ -209,7 +210,7 @@ class WarehouseLoader:
             request.size / _MB / seconds,
         )
         result.rows_loaded = rows
-        result.days = self._days(cur, request, d.table_sql(request.table), staged=False)
+        result.days = list(filled.days or self._days(cur, request, d.table_sql(request.table), staged=False))
         self._report_rejects(request, len(plan.header), {}, rows, result)
         self._write_ledger(conn, cur, request, result, loaded_at)
         conn.commit()

@@ -58,6 +58,8 @@ class Staged:
     first_record: int = 0
     rules_checked: bool = False
     keys_unique: bool = False
+    #: The days the valid rows are about, when staging learned them (else the flow asks the stage).
+    days: tuple[str, ...] | None = None
 
     def record_numbers(self, ids: list[int]) -> list[int]:
         """The record numbers of the file behind these values of ``order_column``."""
@@ -80,6 +82,8 @@ class Filled:
 
     rows: int
     keys_unique: bool = False
+    #: The days the rows are about, when the fill learned them (else the flow asks the table).
+    days: tuple[str, ...] | None = None
 
 
 class Dialect(ABC):
@@ -326,8 +330,8 @@ class Dialect(ABC):
         plan: ColumnPlan,
         loaded_at: dt.datetime,
         incoming: IncomingFile,
-    ) -> int | None:
-        """Fill the new, empty target straight from the file; the rows loaded, or ``None`` to fall back.
+    ) -> Filled | None:
+        """Fill the new, empty target straight from the file; what it wrote, or ``None`` to fall back.
 
         Why: staging writes every row twice (stage, then table), which for a first load or a
         backfill is most of the time. Called under the lock, in the transaction that has just
@@ -345,7 +349,7 @@ class Dialect(ABC):
             if cur.fetchone() is not None:
                 self.log.info("%s repeats a natural key; staging it to set rows aside", request.path.name)
                 return None
-        return filled.rows
+        return filled
 
     def fill_new_table(self, cur: Any, new: NewTable) -> Filled | None:
         """Write every record of the file into the new table in one pass, each row checked by the rules.

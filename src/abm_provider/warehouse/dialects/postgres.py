@@ -46,7 +46,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from abm_provider.common.progress import ByteProgress
 from abm_provider.warehouse.dialects.base import Filled, NewTable, Staged, lock_number
-from abm_provider.warehouse.prescan import KeyOrder, count_if_all_pass
+from abm_provider.warehouse.prescan import DaySet, KeyOrder, count_if_all_pass
 from abm_provider.warehouse.records import iter_records
 from abm_provider.warehouse.rules_sql import SqlValidated
 from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, Kind, TableName
@@ -80,6 +80,8 @@ class Copied:
     rows: int
     passed: int | None
     keys_increasing: bool
+    #: The days the pre-scan read (:class:`~abm_provider.warehouse.prescan.DaySet`), if it read them.
+    days: tuple[str, ...] | None = None
 
     @property
     def all_pass(self) -> bool:
@@ -89,6 +91,11 @@ class Copied:
     @property
     def keys_unique(self) -> bool:
         return self.all_pass and self.keys_increasing
+
+    @property
+    def proven_days(self) -> tuple[str, ...] | None:
+        """The days of the rows, when every record passed the rules (so each is a valid day)."""
+        return self.days if self.all_pass else None
 
 
 class PostgresDialect(SqlValidated):
@@ -230,7 +237,7 @@ class PostgresDialect(SqlValidated):
             f"ALTER TABLE {target} ALTER COLUMN {quote(EXECUTION_ID_COLUMN)} DROP DEFAULT, "
             f"ALTER COLUMN {quote(LOADED_AT_COLUMN)} DROP DEFAULT"
         )
-        return Filled(copied.rows, keys_unique=copied.keys_unique)
+        return Filled(copied.rows, keys_unique=copied.keys_unique, days=copied.proven_days)
 
     def stage(
         self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str, incoming: IncomingFile
@@ -271,7 +278,12 @@ class PostgresDialect(SqlValidated):
             self.analyze(cur, STAGE_TABLE)
         if copied.keys_unique:
             self.log.info("The natural keys come in increasing order: none repeats")
-        return Staged(rejects=structural, rules_checked=copied.all_pass, keys_unique=copied.keys_unique)
+        return Staged(
+            rejects=structural,
+            rules_checked=copied.all_pass,
+            keys_unique=copied.keys_unique,
+            days=copied.proven_days,
+        )
 
     def _copy_data(
         self, cur: Any, request: LoadRequest, plan: ColumnPlan, sql: str, incoming: IncomingFile
@@ -294,11 +306,13 @@ class PostgresDialect(SqlValidated):
         """
         stop = threading.Event()
         order = KeyOrder()
+        day = request.export.day_column
+        days = DaySet(day) if day is not None and day in plan.header else None
         readers = incoming.arriving_readers()
         with ThreadPoolExecutor(1, thread_name_prefix="abm-prescan") as pool:
             if readers:
                 data, beside = readers
-                prescan = pool.submit(_scan_stream, beside, plan, request.key_columns, stop, order)
+                prescan = pool.submit(_scan_stream, beside, plan, request.key_columns, stop, order, days)
             else:
                 prescan = pool.submit(
                     count_if_all_pass,
@@ -308,6 +322,7 @@ class PostgresDialect(SqlValidated):
                     request.key_columns,
                     stop,
                     order,
+                    days,
                 )
             try:
                 if readers:
@@ -325,7 +340,7 @@ class PostgresDialect(SqlValidated):
                     beside.detach()
                 raise
             passed = prescan.result()
-        return Copied(rows, passed, order.increasing)
+        return Copied(rows, passed, order.increasing, None if days is None else tuple(sorted(days.values)))
 
     def _copy_checked(self, cur: Any, request: LoadRequest, plan: ColumnPlan, names: str) -> dict[int, str]:
         structural: dict[int, str] = {}
@@ -403,12 +418,17 @@ def _progress(chunks: Iterator[bytes], size: int, log: Any) -> Iterator[bytes]:
 
 
 def _scan_stream(
-    reader: StreamReader, plan: ColumnPlan, keys: Sequence[str], stop: threading.Event, order: KeyOrder
+    reader: StreamReader,
+    plan: ColumnPlan,
+    keys: Sequence[str],
+    stop: threading.Event,
+    order: KeyOrder,
+    days: DaySet | None,
 ) -> int | None:
     """The pre-scan of a file still arriving; its reader is let go when the scan ends, even early,
     so that a doubt found half-way never holds the download back."""
     try:
-        return count_if_all_pass(reader, plan.header, dict(plan.kinds), keys, stop, order)
+        return count_if_all_pass(reader, plan.header, dict(plan.kinds), keys, stop, order, days)
     finally:
         reader.detach()
 
