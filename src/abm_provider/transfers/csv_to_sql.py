@@ -37,7 +37,6 @@ from abm_provider.warehouse.schema import TableName, check_identifier, export_sc
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-    from pydantic import JsonValue
 
 __all__ = ["UNLOADED", "ExecutionCsvToSqlOperator", "warehouse_asset"]
 
@@ -210,7 +209,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
                 event = events[outlet]
-                event.extra["days"] = cast("list[JsonValue]", days)
+                event.extra["days"] = cast(Any, days)  # a list of str: JSON
                 add_partitions = getattr(event, "add_partitions", None)
                 if add_partitions is not None:  # Airflow 3.3 and later
                     add_partitions(days)
