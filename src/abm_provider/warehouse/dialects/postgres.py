@@ -41,11 +41,11 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 from abm_provider.common.progress import ByteProgress
 from abm_provider.warehouse.dialects.base import Filled, NewTable, Staged, lock_number
+from abm_provider.warehouse.dialects.postgres_copy import Copied, IterFile, scan_stream
 from abm_provider.warehouse.prescan import DaySet, KeyOrder, count_if_all_pass
 from abm_provider.warehouse.records import iter_records
 from abm_provider.warehouse.rules_sql import SqlValidated
@@ -55,7 +55,7 @@ from abm_provider.warehouse.sql import STAGE_TABLE
 if TYPE_CHECKING:
     from abm_provider.warehouse.checks import ColumnPlan
     from abm_provider.warehouse.load import LoadRequest
-    from abm_provider.warehouse.stream import IncomingFile, StreamReader
+    from abm_provider.warehouse.stream import IncomingFile
 
 CHUNK = 1024 * 1024
 _PROGRESS_INTERVAL = 30.0  # seconds between COPY progress lines
@@ -66,36 +66,6 @@ _APPLICATION_NAME_BYTES = 63
 
 #: Memory for the load's sorts and hashes (duplicate keys, the replace join), unless the session has more.
 WORK_MEM = "256MB"
-
-
-@dataclass(frozen=True)
-class Copied:
-    """What one ``COPY`` with the pre-scan beside it found.
-
-    ``rows``: what ``COPY`` stored (-1 if the driver won't say); ``passed``: the pre-scan's record
-    count when every record passed the rules, else ``None``; ``keys_increasing``: the pre-scan saw
-    the natural keys in strictly increasing order.
-    """
-
-    rows: int
-    passed: int | None
-    keys_increasing: bool
-    #: The days the pre-scan read (:class:`~abm_provider.warehouse.prescan.DaySet`), if it read them.
-    days: tuple[str, ...] | None = None
-
-    @property
-    def all_pass(self) -> bool:
-        """Every record ``COPY`` stored passed the rules (the pre-scan counted the same records)."""
-        return self.passed is not None and self.passed == self.rows
-
-    @property
-    def keys_unique(self) -> bool:
-        return self.all_pass and self.keys_increasing
-
-    @property
-    def proven_days(self) -> tuple[str, ...] | None:
-        """The days of the rows, when every record passed the rules (so each is a valid day)."""
-        return self.days if self.all_pass else None
 
 
 class PostgresDialect(SqlValidated):
@@ -312,7 +282,7 @@ class PostgresDialect(SqlValidated):
         with ThreadPoolExecutor(1, thread_name_prefix="abm-prescan") as pool:
             if readers:
                 data, beside = readers
-                prescan = pool.submit(_scan_stream, beside, plan, request.key_columns, stop, order, days)
+                prescan = pool.submit(scan_stream, beside, plan, request.key_columns, stop, order, days)
             else:
                 prescan = pool.submit(
                     count_if_all_pass,
@@ -375,7 +345,7 @@ class PostgresDialect(SqlValidated):
                 for chunk in chunks:
                     copy.write(chunk)
         else:  # psycopg2 reads from a file-like object
-            cur.copy_expert(sql, _IterFile(chunks), size=CHUNK)
+            cur.copy_expert(sql, IterFile(chunks), size=CHUNK)
         return int(cur.rowcount) if cur.rowcount is not None else -1
 
 
@@ -415,45 +385,6 @@ def _read(handle: IO[bytes]) -> Iterator[bytes]:
 def _progress(chunks: Iterator[bytes], size: int, log: Any) -> Iterator[bytes]:
     """The chunks on their way to ``COPY``, with progress lines (``size`` 0: not known yet)."""
     return ByteProgress(log, "COPY", _PROGRESS_INTERVAL).through(chunks, size or None)
-
-
-def _scan_stream(
-    reader: StreamReader,
-    plan: ColumnPlan,
-    keys: Sequence[str],
-    stop: threading.Event,
-    order: KeyOrder,
-    days: DaySet | None,
-) -> int | None:
-    """The pre-scan of a file still arriving; its reader is let go when the scan ends, even early,
-    so that a doubt found half-way never holds the download back."""
-    try:
-        return count_if_all_pass(reader, plan.header, dict(plan.kinds), keys, stop, order, days)
-    finally:
-        reader.detach()
-
-
-class _IterFile(io.RawIOBase):
-    """A read-only file over an iterator of byte chunks, for psycopg2's ``copy_expert``."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks = chunks
-        self._rest = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int = -1) -> bytes:
-        while size < 0 or len(self._rest) < size:
-            nxt = next(self._chunks, None)
-            if nxt is None:
-                break
-            self._rest += nxt
-        if size < 0:
-            out, self._rest = self._rest, b""
-        else:
-            out, self._rest = self._rest[:size], self._rest[size:]
-        return out
 
 
 def _sqlstate(exc: BaseException) -> str | None:
