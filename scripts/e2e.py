@@ -20,36 +20,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from pathlib import Path
-from types import FrameType
-from typing import Any, TypeVar
+from typing import Any
 
-import requests
+import e2e_events
+from e2e_stack import API_KEY, TRIGGERER_HOST, Api, Processes, Running, Stack, attempt, check, log, run_stack
+from e2e_stack import main as run_scenario
 
-ROOT = Path(__file__).resolve().parents[1]
-PG_HOST, PG_PORT = "127.0.0.1", 5432
-REDIS_HOST, REDIS_PORT, REDIS_DB = "127.0.0.1", 6379, 5
-META_DB, WAREHOUSE_DB = "abm_e2e_meta", "abm_e2e_wh"
-API_KEY = "e2e-secret-key-7f3a9c"
+STACK = Stack(meta_db="abm_e2e_meta", warehouse_db="abm_e2e_wh", redis_db=5, lock_key=0x0AB3_E2E0)
 TARGET_ACCOUNTS = 1_200
 WORKERS = ("worker-a", "worker-b")
-TRIGGERER_HOST = "triggerer"
 DAGS = ("abm_export_to_warehouse", "abm_sync_account_lists")
 SENSOR = (DAGS[0], "wait_for_execution")
 TRIGGER_CLASS = "ExecutionCompleteTrigger"
@@ -60,77 +46,8 @@ CLOCK_SPEED = 1_440.0
 # Download links live in emulated seconds; at this clock speed the default 900 s is under half a second.
 LINK_TTL_SECONDS = 30 * 86_400
 POKE_INTERVAL_SECONDS = 5
-# Limits of each wait, summing (with the stop) to under the 10 minutes the run may take; a passing run
-# on this machine needs about 3 s, 15 s, 1 s and 75 s of them.
-MIGRATE_TIMEOUT_SECONDS = 90
-API_TIMEOUT_SECONDS = 90
-PARSE_TIMEOUT_SECONDS = 90
+# The wait for both DAGs' runs; a passing run on this machine needs about 75 s of it.
 RUNS_TIMEOUT_SECONDS = 270
-SKIPPED = 3
-INTERRUPTED = 130
-RUN_MARKER = "ABM_E2E_RUN"
-T = TypeVar("T")
-# pg advisory lock key serialising e2e runs that share this PostgreSQL server and Redis db.
-LOCK_KEY = 0x0AB3_E2E0
-LOCK_TIMEOUT_SECONDS = 240
-
-
-def log(message: str) -> None:
-    print(f"[e2e {datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
-
-
-def reachable(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=2):
-            return True
-    except OSError:
-        return False
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def exclusive_run() -> Iterator[None]:
-    """Hold a PostgreSQL advisory lock for the whole run: two e2e runs at once (two checkouts' test
-    suites on one machine or CI host) would otherwise drop each other's databases and share a broker."""
-    import psycopg
-
-    with psycopg.connect(
-        host=PG_HOST, port=PG_PORT, user="postgres", dbname="postgres", autocommit=True
-    ) as conn:
-        deadline = time.monotonic() + LOCK_TIMEOUT_SECONDS
-        while not (conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone() or (False,))[0]:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"another e2e run held the lock for over {LOCK_TIMEOUT_SECONDS} s")
-            log("another e2e run is in progress on this PostgreSQL server; waiting for it")
-            time.sleep(10)
-        try:
-            yield
-        finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
-
-
-def recreate_databases() -> None:
-    """A fresh metadata and warehouse database per run, so nothing from an earlier run can pass a check."""
-    import psycopg
-
-    with psycopg.connect(
-        host=PG_HOST, port=PG_PORT, user="postgres", dbname="postgres", autocommit=True
-    ) as conn:
-        for name in (META_DB, WAREHOUSE_DB):
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{name}"')
-
-
-def flush_broker() -> None:
-    """Messages queued by an aborted earlier run would otherwise be executed against this run's DB."""
-    import redis
-
-    redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=REDIS_DB).flushdb()
 
 
 def target_rows() -> list[tuple[str, str, str]]:
@@ -142,224 +59,11 @@ def target_rows() -> list[tuple[str, str, str]]:
 
 
 def seed_target_accounts() -> None:
-    import psycopg
-
-    with psycopg.connect(host=PG_HOST, port=PG_PORT, user="postgres", dbname=WAREHOUSE_DB) as conn:
+    with STACK.warehouse() as conn:
         conn.execute("CREATE TABLE abm_target_accounts (account_id TEXT, account_name TEXT, crm_org_id TEXT)")
         with conn.cursor().copy("COPY abm_target_accounts FROM STDIN") as copy:
             for row in target_rows():
                 copy.write_row(row)
-
-
-def airflow_env(home: Path, api_port: int, emulator_url: str, marker: str) -> dict[str, str]:
-    """The configuration every process gets, as the compose file's ``x-airflow-common`` environment."""
-    meta = f"postgresql+psycopg2://postgres@{PG_HOST}:{PG_PORT}/{META_DB}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "ABM_"))}
-    env.update(
-        {
-            RUN_MARKER: marker,
-            "AIRFLOW_HOME": str(home),
-            "PYTHONPATH": str(ROOT / "scripts"),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-            "AIRFLOW__CORE__AUTH_MANAGER": (
-                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
-            ),
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
-            "AIRFLOW__CORE__HOSTNAME_CALLABLE": "e2e_hostname.hostname",
-            "AIRFLOW__API__PORT": str(api_port),
-            "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__API_AUTH__JWT_SECRET": f"e2e-jwt-{marker}",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": meta,
-            "AIRFLOW__CELERY__BROKER_URL": f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}",
-            "AIRFLOW__CELERY__RESULT_BACKEND": f"db+postgresql://postgres@{PG_HOST}:{PG_PORT}/{META_DB}",
-            "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
-            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
-            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-            "AIRFLOW__ABM__STATE_DIR": str(home / "abm-state"),
-            "ABM_POKE_INTERVAL": str(POKE_INTERVAL_SECONDS),
-            # A failure shows at once instead of after two retries two minutes apart (the DAGs read it).
-            "ABM_TASK_RETRIES": "0",
-            "AIRFLOW_CONN_ABM_DEFAULT": json.dumps(
-                {"conn_type": "abm", "host": emulator_url, "password": API_KEY}
-            ),
-            "AIRFLOW_CONN_ABM_WAREHOUSE": json.dumps(
-                {
-                    "conn_type": "postgres",
-                    "host": PG_HOST,
-                    "port": PG_PORT,
-                    "login": "postgres",
-                    "schema": WAREHOUSE_DB,
-                }
-            ),
-            "ABM_E2E_HOSTNAME": "control-plane",
-        }
-    )
-    return env
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM it when this script dies, even by SIGKILL (a test timeout)."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-
-
-def marked_pids(marker: str) -> list[int]:
-    """Processes carrying this run's marker in their environment: anything started here, at any depth."""
-    needle = f"{RUN_MARKER}={marker}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in _environ(entry).split(b"\0"):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-_PF_KTHREAD = 0x00200000
-
-
-def _environ(proc: Path) -> bytes:
-    """A process's environment, waiting out an ``execve`` in progress.
-
-    While a process is replacing its image the kernel shows its environment as empty, so a process
-    started a moment ago (``setsid sleep`` just forked) would be missed. Only kernel threads have no
-    environment at all; anything else that reads empty is read again for a few milliseconds.
-    """
-    environ = (proc / "environ").read_bytes()
-    if environ or _is_kernel_thread(proc):
-        return environ
-    for _ in range(50):
-        time.sleep(0.001)
-        environ = (proc / "environ").read_bytes()
-        if environ:
-            break
-    return environ
-
-
-def _is_kernel_thread(proc: Path) -> bool:
-    flags = (proc / "stat").read_text().rpartition(")")[2].split()[6]
-    return bool(int(flags) & _PF_KTHREAD)
-
-
-class Processes:
-    """Starts Airflow components in process groups of their own and stops all of them, whatever happens."""
-
-    def __init__(self, home: Path, env: Mapping[str, str], marker: str) -> None:
-        self.home = home
-        self.env = dict(env)
-        self.marker = marker
-        self.running: dict[str, subprocess.Popen[bytes]] = {}
-        self.logs: dict[str, Path] = {}
-
-    def start(self, name: str, args: list[str], private_dir: Path | None = None, **extra_env: str) -> None:
-        """``private_dir``: an empty tmpfs mounted there that only this process tree sees (a host's disk)."""
-        path = self.home / f"{name}.log"
-        self.logs[name] = path
-        command = [str(Path(sys.executable).with_name("airflow")), *args]
-        if private_dir is not None:
-            mount = 'mkdir -p "$0" && mount -t tmpfs tmpfs "$0" && exec "$@"'
-            namespace = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount]
-            command = [*namespace, str(private_dir), *command]
-        with path.open("wb") as out:
-            self.running[name] = subprocess.Popen(
-                command,
-                env={**self.env, **extra_env},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
-        log(f"started {name} (pid {self.running[name].pid})")
-
-    def check_alive(self) -> None:
-        for name, proc in self.running.items():
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"{name} exited with {proc.returncode}; see {self.logs[name]}:\n{self.tail(name)}"
-                )
-
-    def tail(self, name: str, lines: int = 40) -> str:
-        text = self.logs[name].read_text(errors="replace").splitlines()
-        return "\n".join(text[-lines:])
-
-    def stop(self) -> None:
-        """SIGTERM every group, SIGKILL what is left after 20 s, then any stray process with our marker."""
-        for proc in self.running.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 20
-        for name, proc in self.running.items():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log(f"{name} did not stop on SIGTERM; killing it")
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        strays = marked_pids(self.marker)
-        for pid in strays:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        log(f"all Airflow processes stopped{f' ({len(strays)} strays killed)' if strays else ''}")
-
-
-class Api:
-    """The few REST calls the run needs (the all-admins auth manager adds a token to every request)."""
-
-    def __init__(self, port: int) -> None:
-        self.base = f"http://127.0.0.1:{port}/api/v2"
-        self.session = requests.Session()
-
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self.session.request(method, self.base + path, timeout=30, **kwargs)
-        if response.status_code >= 400:
-            raise RuntimeError(f"{method} {path}: {response.status_code} {response.text[:500]}")
-        return response.json() if response.content else None
-
-    def wait_until(self, what: str, probe: Callable[[], Any], procs: Processes, timeout: float) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            procs.check_alive()
-            try:
-                value = probe()
-            except (requests.RequestException, RuntimeError):
-                value = None
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
-            time.sleep(2)
-
-    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
-        return list(self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"])
-
-    def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
-        return result
-
-    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> list[str]:
-        """The task's log as text lines (the API answers structured events; only their text is kept)."""
-        answer = self.call(
-            "GET",
-            f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
-            params={"full_content": "true"},
-            headers={"Accept": "application/json"},
-        )
-        content = answer.get("content", []) if isinstance(answer, dict) else []
-        if isinstance(content, str):
-            return content.splitlines()
-        return [str(item.get("event", item)) if isinstance(item, dict) else str(item) for item in content]
 
 
 @dataclass
@@ -418,12 +122,6 @@ def wait_for_runs(
         time.sleep(1)
 
 
-def check(condition: bool, message: str, failures: list[str]) -> None:
-    log(("ok    " if condition else "FAIL  ") + message)
-    if not condition:
-        failures.append(message)
-
-
 Instances = Mapping[tuple[str, str], list[dict[str, Any]]]
 
 
@@ -453,9 +151,7 @@ def check_workers(instances: Instances, failures: list[str]) -> None:
 
 def check_warehouse(failures: list[str]) -> int:
     """The export landed once per natural key; returns the membership row count for the list check."""
-    import psycopg
-
-    with psycopg.connect(host=PG_HOST, port=PG_PORT, user="postgres", dbname=WAREHOUSE_DB) as conn:
+    with STACK.warehouse() as conn:
         rows, keys, days = conn.execute(
             "SELECT COUNT(*), COUNT(DISTINCT (date, tactic_id)), COUNT(DISTINCT date) "
             "FROM abm_tactic_performance"
@@ -584,16 +280,6 @@ def verify(
     return failures
 
 
-def attempt(what: str, step: Callable[[], T], failures: list[str]) -> T | None:
-    """Run one check so that an error in it (a table a failed run never created) still lets the
-    others report."""
-    try:
-        return step()
-    except Exception as exc:  # any error here is a failed check, reported with the rest
-        check(False, f"{what} could not run: {type(exc).__name__}: {exc}".strip(), failures)
-        return None
-
-
 @contextmanager
 def emulator_running(port: int, storage_port: int) -> Iterator[Any]:
     """The emulator CLI on ports chosen in advance, so it can start last: its clock then begins just
@@ -613,33 +299,12 @@ def emulator_running(port: int, storage_port: int) -> Iterator[Any]:
         yield emulator
 
 
-def start_airflow(procs: Processes, api_port: int, private_disks: bool) -> None:
-    procs.start("api-server", ["api-server", "--port", str(api_port), "--workers", "1"])
-    procs.start("scheduler", ["scheduler"])
-    procs.start("dag-processor", ["dag-processor"])
-    procs.start(
-        "triggerer",
-        ["triggerer"],
-        ABM_E2E_HOSTNAME=TRIGGERER_HOST,
-        AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=str(free_port()),
-    )
-    for worker in WORKERS:
-        procs.start(
-            worker,
-            ["celery", "worker", "--celery-hostname", f"{worker}@%h", "--concurrency", "2"],
-            private_dir=procs.home / "abm-state" if private_disks else None,
-            ABM_E2E_HOSTNAME=worker,
-            AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=str(free_port()),
-        )
-
-
 def trigger_dags(api: Api, procs: Processes) -> dict[str, str]:
     """Trigger while still paused, then unpause: the scheduler then also makes each DAG's latest
     scheduled run, and both kinds run on the workers. A logical date is given, as the UI's trigger form
     does, because the export DAG's sensor reads ``data_interval_end``."""
     for dag_id in DAGS:
-        parsed = partial(api.call, "GET", f"/dags/{dag_id}")
-        api.wait_until(f"{dag_id} to be parsed", parsed, procs, PARSE_TIMEOUT_SECONDS)
+        api.wait_parsed(dag_id, procs)
     runs: dict[str, str] = {}
     for dag_id in DAGS:
         body = {"logical_date": datetime.now(UTC).isoformat(), "conf": {}}
@@ -649,58 +314,39 @@ def trigger_dags(api: Api, procs: Processes) -> dict[str, str]:
     return runs
 
 
+def scenario(running: Running, started: float) -> list[str]:
+    manual = trigger_dags(running.api, running.procs)
+    observed = Observed()
+    runs = wait_for_runs(running.api, running.procs, manual, observed, started)
+    log(f"all runs finished: {runs}")
+    return verify(running.api, running.procs, runs, running.emulator, observed)
+
+
 def run(home: Path, started: float, private_disks: bool) -> list[str]:
-    marker = uuid.uuid4().hex
-    with ExitStack() as stack:
-        stack.enter_context(exclusive_run())
-        recreate_databases()
-        flush_broker()
-        api_port, emulator_port, storage_port = free_port(), free_port(), free_port()
-        env = airflow_env(home, api_port, f"http://127.0.0.1:{emulator_port}", marker)
-        procs = Processes(home, env, marker)
-        stack.callback(procs.stop)
-        log(f"AIRFLOW_HOME {home}; metadata DB {META_DB}, warehouse DB {WAREHOUSE_DB}, redis db {REDIS_DB}")
-        airflow = str(Path(sys.executable).with_name("airflow"))
-        subprocess.run(
-            [airflow, "db", "migrate"],
-            env=env,
-            check=True,
-            stdout=subprocess.DEVNULL,
-            timeout=MIGRATE_TIMEOUT_SECONDS,
-        )
-        log("metadata database migrated")
-        seed_target_accounts()
-        start_airflow(procs, api_port, private_disks)
-        api = Api(api_port)
-        api.wait_until("the API server", lambda: api.call("GET", "/version"), procs, API_TIMEOUT_SECONDS)
-        emulator = stack.enter_context(emulator_running(emulator_port, storage_port))
-        log(f"emulator at {emulator.base_url}, clock {emulator.clock()}")
-        try:
-            manual = trigger_dags(api, procs)
-            observed = Observed()
-            runs = wait_for_runs(api, procs, manual, observed, started)
-            log(f"all runs finished: {runs}")
-            failures = verify(api, procs, runs, emulator, observed)
-        except Exception:
-            show_tails(procs)
-            raise
-        if failures:
-            show_tails(procs)
-        return failures
+    return run_stack(
+        STACK,
+        home,
+        workers=WORKERS,
+        poke_interval=POKE_INTERVAL_SECONDS,
+        emulator=emulator_running,
+        scenario=lambda running: scenario(running, started),
+        seed=seed_target_accounts,
+        private_disks=private_disks,
+    )
 
 
-def show_tails(procs: Processes) -> None:
-    for name in procs.logs:
-        log(f"--- last lines of {name}.log ---\n{procs.tail(name, 25)}")
-
-
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM/SIGHUP unwind like Ctrl-C, so the ExitStack stops every process started."""
-    raise KeyboardInterrupt(f"signal {signum}")
+SCENARIOS = ("dags", "events")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--scenario",
+        choices=(*SCENARIOS, "all"),
+        default="all",
+        help="dags: the daily export and the list sync on Celery workers with a deferred sensor; "
+        "events: the event-driven export DAG on its Asset watcher; all (the default): both, in turn",
+    )
     parser.add_argument(
         "--private-worker-disks",
         action="store_true",
@@ -712,36 +358,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    missing = [
-        name
-        for name, (host, port) in {
-            "PostgreSQL": (PG_HOST, PG_PORT),
-            "Redis": (REDIS_HOST, REDIS_PORT),
-        }.items()
-        if not reachable(host, port)
-    ]
-    if missing:
-        log(f"SKIPPED: {' and '.join(missing)} not reachable on 127.0.0.1; the e2e run needs both")
-        return SKIPPED
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _terminate)
-    started = time.monotonic()
-    home = Path(tempfile.mkdtemp(prefix="abm-e2e-"))
-    try:
-        failures = run(home, started, args.private_worker_disks)
-    except KeyboardInterrupt as exc:
-        log(f"interrupted ({exc or 'Ctrl-C'}); every process started was stopped; logs kept in {home}")
-        return INTERRUPTED
-    except Exception as exc:  # reported, with the logs kept for inspection
-        failures = [f"{type(exc).__name__}: {exc}"]
-        log(f"FAIL  {failures[0]}")
-    wall = time.monotonic() - started
-    log(f"e2e {'FAILED' if failures else 'passed'}; wall time {wall:.0f} s")
-    if failures:
-        log(f"logs kept in {home}")
-    else:
-        shutil.rmtree(home, ignore_errors=True)
-    return 1 if failures else 0
+    scenarios = SCENARIOS if args.scenario == "all" else (args.scenario,)
+    codes = []
+    for scenario in scenarios:
+        log(f"scenario {scenario}")
+        if scenario == "dags":
+            codes.append(run_scenario(lambda home, started: run(home, started, args.private_worker_disks)))
+        else:
+            codes.append(run_scenario(e2e_events.run))
+    return max(codes)
 
 
 if __name__ == "__main__":

@@ -19,17 +19,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"abm_{name}", ROOT / "scripts" / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """A script of ``scripts/`` as a module; its siblings import as they do when it runs."""
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts"))
+    return importlib.import_module(name)
 
 
 @pytest.fixture(scope="module")
 def e2e() -> ModuleType:
     return load("e2e")
+
+
+@pytest.fixture(scope="module")
+def stack() -> ModuleType:
+    return load("e2e_stack")
 
 
 def closed_port() -> int:
@@ -39,12 +42,13 @@ def closed_port() -> int:
 
 
 def test_unreachable_postgres_skips_with_the_reason(
-    e2e: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    e2e: ModuleType, stack: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(e2e, "PG_PORT", closed_port())
-    monkeypatch.setattr(e2e, "REDIS_PORT", closed_port())
-    assert e2e.main([]) == e2e.SKIPPED == 3
-    assert "SKIPPED: PostgreSQL and Redis not reachable" in capsys.readouterr().out
+    monkeypatch.setattr(stack, "PG_PORT", closed_port())
+    monkeypatch.setattr(stack, "REDIS_PORT", closed_port())
+    for scenario in ("all", "dags", "events"):
+        assert e2e.main(["--scenario", scenario]) == stack.SKIPPED == 3
+        assert "SKIPPED: PostgreSQL and Redis not reachable" in capsys.readouterr().out
 
 
 def test_the_hostname_callable_names_each_worker(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -55,21 +59,21 @@ def test_the_hostname_callable_names_each_worker(monkeypatch: pytest.MonkeyPatch
     assert hostname() == socket.getfqdn()
 
 
-def test_marked_processes_are_found_at_any_depth(e2e: ModuleType) -> None:
+def test_marked_processes_are_found_at_any_depth(stack: ModuleType) -> None:
     """A grandchild that left the process group is still found through the marker in its environment."""
     marker = os.urandom(8).hex()
-    parent, grandchild = _spawn_escaped_grandchild(e2e, marker)
+    parent, grandchild = _spawn_escaped_grandchild(stack, marker)
     try:
-        found = set(e2e.marked_pids(marker))
+        found = set(stack.marked_pids(marker))
         assert {parent.pid, grandchild} <= found
-        assert not set(e2e.marked_pids(marker + "x"))
+        assert not set(stack.marked_pids(marker + "x"))
     finally:
-        _kill_marked(e2e, marker)
+        _kill_marked(stack, marker)
         parent.wait(10)
-    _assert_none_left(e2e, marker)
+    _assert_none_left(stack, marker)
 
 
-def test_a_process_caught_in_exec_is_still_found(e2e: ModuleType) -> None:
+def test_a_process_caught_in_exec_is_still_found(stack: ModuleType) -> None:
     """A process read mid-``execve`` shows an empty environment; the stray sweep must not miss it.
 
     The window is short, so the scan runs straight after each fork many times: before the fix about one
@@ -77,18 +81,18 @@ def test_a_process_caught_in_exec_is_still_found(e2e: ModuleType) -> None:
     """
     for _ in range(40):
         marker = os.urandom(8).hex()
-        parent, grandchild = _spawn_escaped_grandchild(e2e, marker)
+        parent, grandchild = _spawn_escaped_grandchild(stack, marker)
         try:
-            assert grandchild in e2e.marked_pids(marker)
+            assert grandchild in stack.marked_pids(marker)
         finally:
-            _kill_marked(e2e, marker)
+            _kill_marked(stack, marker)
             parent.wait(10)
-        _assert_none_left(e2e, marker)
+        _assert_none_left(stack, marker)
 
 
-def _spawn_escaped_grandchild(e2e: ModuleType, marker: str) -> tuple[subprocess.Popen[str], int]:
+def _spawn_escaped_grandchild(stack: ModuleType, marker: str) -> tuple[subprocess.Popen[str], int]:
     """A shell carrying ``marker`` whose child left its process group (``setsid``); (shell, child pid)."""
-    env = {**os.environ, e2e.RUN_MARKER: marker}
+    env = {**os.environ, stack.RUN_MARKER: marker}
     parent = subprocess.Popen(
         ["bash", "-c", "setsid sleep 30 & echo $!; wait"], env=env, stdout=subprocess.PIPE, text=True
     )
@@ -96,18 +100,18 @@ def _spawn_escaped_grandchild(e2e: ModuleType, marker: str) -> tuple[subprocess.
     return parent, int(parent.stdout.readline())
 
 
-def _kill_marked(e2e: ModuleType, marker: str) -> None:
-    for pid in e2e.marked_pids(marker):
+def _kill_marked(stack: ModuleType, marker: str) -> None:
+    for pid in stack.marked_pids(marker):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 9)
 
 
-def _assert_none_left(e2e: ModuleType, marker: str) -> None:
+def _assert_none_left(stack: ModuleType, marker: str) -> None:
     # SIGKILL is delivered asynchronously: a busy machine may list the grandchild for a moment more.
     deadline = time.monotonic() + 10
-    while e2e.marked_pids(marker) and time.monotonic() < deadline:
+    while stack.marked_pids(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert e2e.marked_pids(marker) == []
+    assert stack.marked_pids(marker) == []
 
 
 def test_trigger_logs_are_read_by_triggerer_job(e2e: ModuleType, tmp_path: Path) -> None:
@@ -123,3 +127,29 @@ def test_trigger_logs_are_read_by_triggerer_job(e2e: ModuleType, tmp_path: Path)
     expected = ["21:08:44 trigger starting", "21:09:40 Trigger fired event"]
     assert e2e.trigger_logs(tmp_path, "r1") == {7: expected}
     assert e2e.trigger_logs(tmp_path, "other") == {}
+
+
+class _Seen:
+    """The emulator's request log, as ``requests_seen`` answers it."""
+
+    def __init__(self, requests: list[dict[str, str]]) -> None:
+        self.requests = requests
+
+    def requests_seen(self) -> list[dict[str, str]]:
+        return self.requests
+
+
+def test_only_the_watchers_listings_count_as_its_polls() -> None:
+    """The watcher lists COMPLETE executions newest first; the load lists them oldest first, and other
+    types and origins are not the watcher's either."""
+    events = load("e2e_events")
+    path = "/exports/v1/exportJobs/TACTIC_PERFORMANCE/executions"
+    newest_first = "pageSize=100&orderBy=updateTime+desc&filter=status%3DCOMPLETE"
+    seen = [
+        {"origin": "api", "path": path, "query": newest_first},
+        {"origin": "api", "path": path, "query": newest_first.replace("desc", "asc")},
+        {"origin": "api", "path": path.replace("TACTIC_PERFORMANCE", "OTHER"), "query": newest_first},
+        {"origin": "storage", "path": path, "query": newest_first},
+        {"origin": "api", "path": path, "query": "orderBy=updateTime%20desc"},
+    ]
+    assert events.watcher_polls(_Seen(seen)) == 2
