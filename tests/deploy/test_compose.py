@@ -184,14 +184,15 @@ def test_the_dockerfile_installs_extras_the_project_defines() -> None:
     assert wanted <= extras and "postgres" in wanted
 
 
-def test_the_e2e_run_defines_the_same_connections_as_compose(compose: dict[str, Any]) -> None:
-    """``make e2e`` is the compose topology as local processes: the DAGs must find the same connections."""
-    spec = importlib.util.spec_from_file_location("abm_e2e", ROOT / "scripts" / "e2e.py")
-    assert spec and spec.loader
-    e2e = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = e2e  # its dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(e2e)
-    local = e2e.airflow_env(Path("/tmp/home"), 8080, "http://127.0.0.1:1", "marker")
+@pytest.mark.parametrize("scenario", ["e2e", "e2e_events"])
+def test_the_e2e_run_defines_the_same_connections_as_compose(compose: dict[str, Any], scenario: str) -> None:
+    """``make e2e`` is the compose topology as local processes: the DAGs must find the same connections,
+    in each of its scenarios."""
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts"))  # the scripts import their siblings, as when run
+    stack = importlib.import_module("e2e_stack")
+    setup = importlib.import_module(scenario).STACK
+    local = stack.airflow_env(setup, Path("/tmp/home"), 8080, "http://127.0.0.1:1", "marker", 5)
     compose_env = compose["services"]["airflow-worker"]["environment"]
     assert {k for k in local if k.startswith("AIRFLOW_CONN_")} == {
         k for k in compose_env if k.startswith("AIRFLOW_CONN_")
