@@ -75,6 +75,8 @@ SYNC_DUCKDB_CONN = "bench_sync_duckdb"
 # The part of the sync's source that changes between its first and second run.
 SYNC_CHANGED = 0.01
 LEDGER_TABLE = "abm_load_ledger"
+# The DuckDB loads' memory_limit unless --duckdb-memory-limit says otherwise.
+DUCKDB_MEMORY_LIMIT = "256MB"
 
 
 class Section(Protocol):
@@ -129,7 +131,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--sync-runs", type=int, default=1, help="repetitions of the list sync's first + second run"
     )
     parser.add_argument("--poll-interval", type=float, default=None, help="trigger poll interval, seconds")
-    parser.add_argument("--duckdb-memory-limit", default="256MB", help="DuckDB memory_limit for the loads")
+    parser.add_argument(
+        "--duckdb-memory-limit", default=DUCKDB_MEMORY_LIMIT, help="DuckDB memory_limit for the loads"
+    )
     parser.add_argument("--duckdb-threads", type=int, default=None, help="DuckDB threads (default: DuckDB's)")
     parser.add_argument("--output-dir", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument(
@@ -321,6 +325,24 @@ def export_row(case: str, size: int, runs: list[dict[str, Any]], notes: str = ""
     )
 
 
+def fire_export(emulator: Any, size: int) -> dict[str, Any]:
+    """A COMPLETE execution of ``size`` bytes; the emulator renders its file before answering.
+
+    Posted here rather than through ``emulator.fire`` because rendering 4 GiB can outlast that
+    helper's 30 s admin timeout.
+    """
+    import requests
+
+    response = requests.post(
+        f"{emulator.base_url}/_admin/exportJobs/{EXPORT_TYPE}/fire",
+        json={"apiKey": emulator.api_key, "outcome": "COMPLETE", "sizeBytes": size},
+        timeout=1800,
+    )
+    response.raise_for_status()
+    execution: dict[str, Any] = response.json()
+    return execution
+
+
 class ExportSection:
     """Section 1: provider vs ceiling vs hand-written baseline, into DuckDB and PostgreSQL."""
 
@@ -333,21 +355,8 @@ class ExportSection:
         bench.set_conn(DUCKDB_CONN, {"conn_type": "duckdb", "host": self.duckdb_path})
 
     def fire(self, emulator: Any, size: int) -> dict[str, Any]:
-        """A COMPLETE execution of ``size`` bytes; the emulator renders its file before answering.
-
-        Posted here rather than through ``emulator.fire`` because rendering 4 GiB can outlast that
-        helper's 30 s admin timeout.
-        """
-        import requests
-
         started = time.perf_counter()
-        response = requests.post(
-            f"{emulator.base_url}/_admin/exportJobs/{EXPORT_TYPE}/fire",
-            json={"apiKey": emulator.api_key, "outcome": "COMPLETE", "sizeBytes": size},
-            timeout=1800,
-        )
-        response.raise_for_status()
-        execution: dict[str, Any] = response.json()
+        execution = fire_export(emulator, size)
         log(f"  the emulator rendered a {human_bytes(size)} export in {time.perf_counter() - started:.1f} s")
         return execution
 
