@@ -75,7 +75,7 @@ compat: install
 # pytest process has its own emulator, Airflow home, DuckDB files and PostgreSQL schemas; the DAG
 # tests' database is used by tests/dags alone), and the release and compatibility checks. The first
 # half streams; the logs of the others follow it. A test folder added later runs in the second half.
-FIRST_HALF := tests/docs tests/e2e tests/hooks tests/exports tests/operators tests/ui tests/deploy
+FIRST_HALF := tests/docs tests/e2e tests/hooks tests/exports tests/operators tests/deploy
 LOGS := .test-logs
 
 test: lint typecheck browser
