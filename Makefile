@@ -75,14 +75,16 @@ compat: install
 # pytest process has its own emulator, Airflow home, DuckDB files and PostgreSQL schemas; the DAG
 # tests' database is used by tests/dags alone), and the release and compatibility checks. The first
 # half streams; the logs of the others follow it. A test folder added later runs in the second half.
+# The slowest tests of each half close its log, to balance the halves by.
+DURATIONS := --durations=15
 FIRST_HALF := tests/docs tests/e2e tests/hooks tests/exports tests/operators tests/deploy
 LOGS := .test-logs
 
 test: lint typecheck browser
 	@mkdir -p $(LOGS); \
 	$(VENV)/bin/python scripts/release.py check compat > $(LOGS)/release-and-compat.log 2>&1 & release=$$!; \
-	$(VENV)/bin/pytest tests $(foreach d,$(FIRST_HALF),--ignore=$(d)) > $(LOGS)/second-half.log 2>&1 & second=$$!; \
-	$(VENV)/bin/pytest $(FIRST_HALF); first=$$?; \
+	$(VENV)/bin/pytest $(DURATIONS) tests $(foreach d,$(FIRST_HALF),--ignore=$(d)) > $(LOGS)/second-half.log 2>&1 & second=$$!; \
+	$(VENV)/bin/pytest $(DURATIONS) $(FIRST_HALF); first=$$?; \
 	wait $$second; second_rc=$$?; wait $$release; release_rc=$$?; \
 	echo "== the suite's second half ($(LOGS)/second-half.log)"; cat $(LOGS)/second-half.log; \
 	echo "== make release-check and make compat ($(LOGS)/release-and-compat.log)"; cat $(LOGS)/release-and-compat.log; \
