@@ -180,6 +180,28 @@ def log(message: str) -> None:
 # ---------------------------------------------------------------------------------------- plumbing
 
 
+def case_env(work: Path) -> dict[str, str]:
+    """What every case process gets: a scratch Airflow home and state dir, and the PostgreSQL
+    connection (the others are added as a section starts what they point at)."""
+    postgres = {
+        "conn_type": "postgres",
+        "host": PG_SERVER.hostname or "127.0.0.1",
+        "port": PG_SERVER.port or 5432,
+        "login": PG_SERVER.username or "postgres",
+        "password": PG_SERVER.password,
+        "schema": PG_DATABASE,
+    }
+    return {
+        **os.environ,
+        "AIRFLOW_HOME": str(work / "airflow"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+        "AIRFLOW__ABM__STATE_DIR": str(work / "state"),
+        f"AIRFLOW_CONN_{POSTGRES_CONN.upper()}": json.dumps(postgres),
+    }
+
+
 class Bench:
     """Shared state of one invocation: scratch folders, child environment and the collected rows."""
 
@@ -192,24 +214,7 @@ class Bench:
         self.checks: list[Check] = []
         if args.profile is not None:
             os.environ["BENCH_PROFILE_DIR"] = str(args.profile.resolve())
-        self.env = {
-            **os.environ,
-            "AIRFLOW_HOME": str(work / "airflow"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-            "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
-            "AIRFLOW__ABM__STATE_DIR": str(work / "state"),
-            "AIRFLOW_CONN_BENCH_POSTGRES": json.dumps(
-                {
-                    "conn_type": "postgres",
-                    "host": PG_SERVER.hostname or "127.0.0.1",
-                    "port": PG_SERVER.port or 5432,
-                    "login": PG_SERVER.username or "postgres",
-                    "password": PG_SERVER.password,
-                    "schema": PG_DATABASE,
-                }
-            ),
-        }
+        self.env = case_env(work)
 
     def run_case(self, case: str, params: dict[str, Any]) -> dict[str, Any]:
         """One case in a fresh interpreter; its ``BENCH_RESULT`` line, or an error with its output."""

@@ -32,9 +32,8 @@ from bench import (
     DUCKDB_CONN,
     DUCKDB_MEMORY_LIMIT,
     EXPORT_TYPE,
-    PG_DATABASE,
-    PG_SERVER,
     POSTGRES_CONN,
+    case_env,
     drop_pg_tables,
     ensure_pg_database,
     export_figures,
@@ -48,23 +47,10 @@ SIDES = ("old", "new")
 
 
 def child_env(work: Path, emulator: Any, duckdb_path: Path) -> dict[str, str]:
-    """What `make bench` gives its cases: a scratch Airflow home and state dir, and the connections."""
-    postgres = {
-        "conn_type": "postgres",
-        "host": PG_SERVER.hostname or "127.0.0.1",
-        "port": PG_SERVER.port or 5432,
-        "login": PG_SERVER.username or "postgres",
-        "password": PG_SERVER.password,
-        "schema": PG_DATABASE,
-    }
+    """What `make bench` gives its cases, with the emulator and the DuckDB file as connections."""
     return {
-        **os.environ,
-        "AIRFLOW_HOME": str(work / "airflow"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
-        "AIRFLOW__ABM__STATE_DIR": str(work / "state"),
+        **case_env(work),
         "AIRFLOW_CONN_ABM_DEFAULT": emulator.airflow_connection(),
-        f"AIRFLOW_CONN_{POSTGRES_CONN.upper()}": json.dumps(postgres),
         f"AIRFLOW_CONN_{DUCKDB_CONN.upper()}": json.dumps({"conn_type": "duckdb", "host": str(duckdb_path)}),
     }
 

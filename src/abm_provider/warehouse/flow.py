@@ -158,7 +158,8 @@ class WarehouseLoader:
 
         loaded_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         self._replace(cur, request, plan, loaded_at, result)
-        result.days = list(staged.days or self._days(cur, request, STAGE_TABLE, staged=True))
+        known = staged.days  # None: staging did not learn them, so the stage is asked
+        result.days = list(known if known is not None else self._days(cur, request, STAGE_TABLE, staged=True))
         self._write_ledger(conn, cur, request, result, loaded_at)
         conn.commit()
 
@@ -210,7 +211,9 @@ class WarehouseLoader:
             request.size / _MB / seconds,
         )
         result.rows_loaded = rows
-        result.days = list(filled.days or self._days(cur, request, d.table_sql(request.table), staged=False))
+        known = filled.days  # None: the fill did not learn them, so the table is asked
+        table = d.table_sql(request.table)
+        result.days = list(known if known is not None else self._days(cur, request, table, staged=False))
         self._report_rejects(request, len(plan.header), {}, rows, result)
         self._write_ledger(conn, cur, request, result, loaded_at)
         conn.commit()
