@@ -75,12 +75,14 @@ def create_export_job(base_url: str) -> None:
 
 
 def watcher_polls(emulator: Any) -> int:
-    """Listings the watcher made: it alone lists COMPLETE executions newest first (the load lists them
-    oldest first)."""
+    """Listings the watcher made and the emulator answered: it alone lists COMPLETE executions newest
+    first (the load lists them oldest first). A request is logged when it arrives, so one not yet
+    answered (no status) could still see an execution completed after it was counted."""
     return sum(
         1
         for seen in emulator.requests_seen()
         if seen.get("origin") == "api"
+        and seen.get("status") is not None
         and str(seen.get("path", "")).endswith(f"/exportJobs/{EXPORT_TYPE}/executions")
         and "updateTime desc" in unquote_plus(str(seen.get("query", "")))
     )

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -132,24 +133,27 @@ def test_trigger_logs_are_read_by_triggerer_job(e2e: ModuleType, tmp_path: Path)
 class _Seen:
     """The emulator's request log, as ``requests_seen`` answers it."""
 
-    def __init__(self, requests: list[dict[str, str]]) -> None:
+    def __init__(self, requests: list[dict[str, Any]]) -> None:
         self.requests = requests
 
-    def requests_seen(self) -> list[dict[str, str]]:
+    def requests_seen(self) -> list[dict[str, Any]]:
         return self.requests
 
 
 def test_only_the_watchers_listings_count_as_its_polls() -> None:
     """The watcher lists COMPLETE executions newest first; the load lists them oldest first, and other
-    types and origins are not the watcher's either."""
+    types and origins are not the watcher's either. A listing still being served (logged on arrival,
+    no status yet) is not a poll yet: it could still see an execution completed after it."""
     events = load("e2e_events")
     path = "/exports/v1/exportJobs/TACTIC_PERFORMANCE/executions"
     newest_first = "pageSize=100&orderBy=updateTime+desc&filter=status%3DCOMPLETE"
-    seen = [
-        {"origin": "api", "path": path, "query": newest_first},
-        {"origin": "api", "path": path, "query": newest_first.replace("desc", "asc")},
-        {"origin": "api", "path": path.replace("TACTIC_PERFORMANCE", "OTHER"), "query": newest_first},
-        {"origin": "storage", "path": path, "query": newest_first},
-        {"origin": "api", "path": path, "query": "orderBy=updateTime%20desc"},
+    other = path.replace("TACTIC_PERFORMANCE", "OTHER")
+    seen: list[dict[str, Any]] = [
+        {"origin": "api", "path": path, "query": newest_first, "status": 200},
+        {"origin": "api", "path": path, "query": newest_first.replace("desc", "asc"), "status": 200},
+        {"origin": "api", "path": other, "query": newest_first, "status": 200},
+        {"origin": "storage", "path": path, "query": newest_first, "status": 200},
+        {"origin": "api", "path": path, "query": "orderBy=updateTime%20desc", "status": 503},
+        {"origin": "api", "path": path, "query": newest_first, "status": None},
     ]
     assert events.watcher_polls(_Seen(seen)) == 2

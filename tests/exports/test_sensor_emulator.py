@@ -35,6 +35,10 @@ def _polls(abm: Any) -> list[dict[str, Any]]:
     return [r for r in abm.requests_seen() if r.get("method") == "GET" and r.get("path") == EXECUTIONS_PATH]
 
 
+def _answered_polls(abm: Any) -> list[dict[str, Any]]:
+    return [r for r in _polls(abm) if r.get("status") is not None]
+
+
 def _sensor(**kwargs: Any) -> ExecutionCompleteSensor:
     kwargs.setdefault("poke_interval", 0.5)
     kwargs.setdefault("timeout", 60)
@@ -184,13 +188,16 @@ def _fire_after_first_poll(abm: Any, **fire_kwargs: Any) -> tuple[threading.Thre
     """Fire an execution only once the sensor has looked and found none, so it must wait for it.
 
     `dag.test()` spends seconds before the first poke; firing up front would let the execution be
-    complete before the sensor ever looked, and the test would not show the waiting path.
+    complete before the sensor ever looked, and the test would not show the waiting path. The
+    emulator logs a request when it arrives, before it is answered, so "looked" is the first poll
+    whose answer has started (it has a status): firing on a poll still being served could let that
+    poll see the execution.
     """
     fired: dict[str, Any] = {}
 
     def run() -> None:
         deadline = time.monotonic() + 120
-        while not _polls(abm) and time.monotonic() < deadline:
+        while not _answered_polls(abm) and time.monotonic() < deadline:
             time.sleep(0.1)
         fired.update(abm.fire(EXPORT_TYPE, **fire_kwargs))
 
@@ -200,6 +207,9 @@ def _fire_after_first_poll(abm: Any, **fire_kwargs: Any) -> tuple[threading.Thre
 
 
 def test_reschedule_mode_in_dag_test(job: Any, run_dag: Any) -> None:
+    # The first poll is slow to answer, as on a loaded machine: the execution must still be fired
+    # only after that poll was answered, or the poll would find it and the sensor never reschedule.
+    job.inject_fault(origin="api", method="GET", path=EXECUTIONS_PATH, kind="delay", delaySeconds=1, count=1)
     thread, fired = _fire_after_first_poll(job, outcome="COMPLETE")
     tis = run_dag(_dag("abm_exports_reschedule", mode="reschedule", deferrable=False, poke_interval=1))
     thread.join()
