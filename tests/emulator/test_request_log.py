@@ -73,6 +73,20 @@ async def test_storage_bodies_are_not_read_and_admin_calls_not_logged():
     assert (entry["origin"], entry["body"], entry["bodyBytes"]) == ("storage", None, None)
 
 
+async def test_a_request_is_logged_on_arrival_and_gets_its_status_once_answered():
+    """What a test waiting on the log relies on: an entry without a status is still being served."""
+    log = RequestLog()
+    while_served: list[list[int | None]] = []
+
+    async def app(scope, receive, send):
+        while_served.append([e["status"] for e in log.entries()])
+        await echo(scope, receive, send)
+
+    await call(RequestBookkeeping(app, "api", log, lambda: NOW), chunks=(b"{}",))
+    assert while_served == [[None]]
+    assert [e["status"] for e in log.entries()] == [200]
+
+
 def _account(account_id: str) -> dict[str, str]:
     return {"id": account_id, "name": f"Name {account_id}"}
 

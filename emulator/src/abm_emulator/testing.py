@@ -171,7 +171,11 @@ class RunningEmulator:
         """Recent requests of both origins, oldest first (admin calls left out): ``origin``, ``method``,
         ``path``, ``query``, ``headers``, ``status``, ``requestId``, and for the API origin ``bodyBytes``
         and ``body``, the parsed JSON body (``None`` when not JSON, over 1 MiB, or dropped to keep the
-        log's bodies within 64 MiB), so a test can read which accounts each add or remove carried."""
+        log's bodies within 64 MiB), so a test can read which accounts each add or remove carried.
+
+        A request is logged when it arrives; ``status`` is ``None`` until its answer starts. A test
+        that waits for a request before changing the emulator's state waits for its status, or the
+        request still being served may see the change."""
         seen: list[dict[str, Any]] = self.admin("GET", "/_admin/requests")["requests"]
         return seen
 
