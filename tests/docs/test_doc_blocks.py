@@ -400,12 +400,11 @@ def _migrated_metadata_db(block: Block, tmp_path: Path) -> Path:
     if not _MIGRATED:
         home = tmp_path / "migrated-home"
         home.mkdir()
-        env = {k: v for k, v in _env(tmp_path).items() if not k.startswith("AIRFLOW")}
-        env.update(
-            AIRFLOW_HOME=str(home),
-            AIRFLOW__CORE__LOAD_EXAMPLES="False",
-            AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}",
-        )
+        env = {
+            **_env(tmp_path),
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        }
         _run([str(Path(sys.executable).with_name("airflow")), "db", "migrate"], block, tmp_path, env)
         _MIGRATED.append(home / "airflow.db")
     return _MIGRATED[0]

@@ -19,6 +19,7 @@ from export_helpers import EXPORT_TYPE, xcom
 from abm_provider.operators.exports import CreateExportJobOperator
 from abm_provider.sensors.exports import ExecutionCompleteSensor
 from abm_provider.triggers.exports import ExecutionCompleteTrigger
+from support.emulator_log import seen
 
 EXECUTIONS_PATH = f"/exports/v1/exportJobs/{EXPORT_TYPE}/executions"
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -31,12 +32,8 @@ def job(abm: Any, context: dict[str, Any]) -> Any:
     return abm
 
 
-def _polls(abm: Any) -> list[dict[str, Any]]:
-    return [r for r in abm.requests_seen() if r.get("method") == "GET" and r.get("path") == EXECUTIONS_PATH]
-
-
-def _answered_polls(abm: Any) -> list[dict[str, Any]]:
-    return [r for r in _polls(abm) if r.get("status") is not None]
+def _polls(abm: Any, answered: bool = False) -> list[dict[str, Any]]:
+    return seen(abm, method="GET", path=EXECUTIONS_PATH, answered=answered)
 
 
 def _sensor(**kwargs: Any) -> ExecutionCompleteSensor:
@@ -197,7 +194,7 @@ def _fire_after_first_poll(abm: Any, **fire_kwargs: Any) -> tuple[threading.Thre
 
     def run() -> None:
         deadline = time.monotonic() + 120
-        while not _answered_polls(abm) and time.monotonic() < deadline:
+        while not _polls(abm, answered=True) and time.monotonic() < deadline:
             time.sleep(0.1)
         fired.update(abm.fire(EXPORT_TYPE, **fire_kwargs))
 

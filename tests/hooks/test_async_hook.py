@@ -10,8 +10,7 @@ import pytest
 
 from abm_provider.exceptions import AbmApiError
 from abm_provider.hooks.abm import AbmAsyncHook, AbmHook
-
-from .emulator_log import seen
+from support.emulator_log import seen
 
 TYPE = "TACTIC_PERFORMANCE"
 EXECUTIONS = f"/exports/v1/exportJobs/{TYPE}/executions"

@@ -20,8 +20,7 @@ from abm_provider.hooks._endpoints import create_folder_call
 from abm_provider.hooks._pipeline import Attempts, Call, Reconcile
 from abm_provider.hooks._settings import Limits
 from abm_provider.hooks.abm import AbmAsyncHook, AbmHook
-
-from .emulator_log import seen
+from support.emulator_log import seen
 
 FOLDERS = "/accountLists/v2/folders"
 JOBS = "/exports/v1/exportJobs"

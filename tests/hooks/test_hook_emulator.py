@@ -18,8 +18,7 @@ import pytest
 from abm_provider.exceptions import AbmApiError
 from abm_provider.hooks.abm import AbmHook
 from abm_provider.hooks.results import BatchResult
-
-from .emulator_log import seen
+from support.emulator_log import seen
 
 FOLDERS = "/accountLists/v2/folders"
 LISTS = "/accountLists/v2/accountLists"

@@ -15,8 +15,7 @@ import pytest
 from abm_provider.exceptions import AbmApiError
 from abm_provider.hooks._pipeline import Prepared
 from abm_provider.hooks.abm import AbmHook
-
-from .emulator_log import header, seen
+from support.emulator_log import header, seen
 
 TYPE = "TACTIC_PERFORMANCE"
 

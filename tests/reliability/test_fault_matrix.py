@@ -639,17 +639,15 @@ def test_a_delayed_create_still_happens_after_the_client_gave_up(abm: Any) -> No
             headers={"Authorization": f"Bearer {abm.api_key}"},
             timeout=0.3,
         )
+    from support.emulator_log import seen  # here, not above: this module also runs as a script
+
     # Done once the emulator answered the held request (its log entry gets a status then): the
     # folder is made a moment before the answer, so waiting on the folder alone could read no status.
     deadline = time.monotonic() + 10
-    while not _answered_posts(abm) and time.monotonic() < deadline:
+    while not seen(abm, method="POST", answered=True) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert [e["status"] for e in _answered_posts(abm)] == [200]
+    assert [e["status"] for e in seen(abm, method="POST", answered=True)] == [200]
     assert [f["name"] for f in _account_state(abm)["folders"]] == ["slow"]
-
-
-def _answered_posts(abm: Any) -> list[dict[str, Any]]:
-    return [e for e in abm.requests_seen() if e["method"] == "POST" and e["status"] is not None]
 
 
 if __name__ == "__main__":

@@ -6,9 +6,17 @@ from typing import Any
 
 
 def seen(
-    emulator: Any, *, method: str | None = None, path: str | None = None, origin: str | None = None
+    emulator: Any,
+    *,
+    method: str | None = None,
+    path: str | None = None,
+    origin: str | None = None,
+    answered: bool = False,
 ) -> list[dict[str, Any]]:
-    """Requests the emulator logged (both origins, admin calls left out), oldest first, filtered."""
+    """Requests the emulator logged (both origins, admin calls left out), oldest first, filtered.
+
+    A request is logged when it arrives and gets its status when its answer starts: ``answered``
+    keeps only those, for a test that waits for a request before changing what it would see."""
     entries = emulator.requests_seen()
     if isinstance(entries, dict):
         entries = entries["requests"]
@@ -22,6 +30,8 @@ def seen(
         if path is not None and entry_path.split("?", 1)[0] != path:
             continue
         if origin is not None and entry.get("origin") != origin:
+            continue
+        if answered and entry.get("status") is None:
             continue
         found.append(entry)
     return found
