@@ -16,7 +16,7 @@ help:
 	@echo "make test    - install (if needed), then ruff, mypy and pytest"
 	@echo "make install - create .venv from uv.lock with compiled bytecode"
 	@echo "make release-check - build both distributions, twine check, file lists, install from the sdists, smoke"
-	@echo "make compat  - the built wheels on Airflow 3.1.0 (lowest dependencies), the newest 3.1 and 3.2, smoke"
+	@echo "make compat  - the built wheels on Airflow 3.1.2 (plain pip; lowest dependencies), 3.1.8, 3.2.2, and 3.3.2 on Python 3.12 and 3.13 (pyenv), smoke"
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)

@@ -12,17 +12,22 @@ both from the built sdists alone into a fresh venv (third-party versions from ``
 smoke subset (``tests/smoke``).
 
 ``compat`` installs the built wheels, with every extra, into one fresh venv per file of ``release/pins/``:
-Airflow 3.1.0 with every direct dependency at its declared lower bound, the newest 3.1 and the newest
-3.2. Each file is resolved as of the day after that Airflow release, which is what Airflow's constraint
-files hold and what a user who installed then got; the constraint files themselves cannot be fetched
-on the machines CI runs on. It fails when a declared lower bound is not what the floor venv installs,
-so the bounds in both ``pyproject.toml`` files are the versions that were run.
+the Airflow floor twice (every direct dependency at its declared lower bound; and the plain ``pip
+install`` that docs/compatibility.md prints), the newest 3.1 and the newest 3.2 on Python 3.11, and the
+newest Airflow on Python 3.12 and 3.13. The lowest, 3.1 and 3.2 files are resolved as of the day after
+their Airflow release, which is what Airflow's constraint files hold and what a user who installed then
+got (the constraint files themselves cannot be fetched on the machines CI runs on); the plain installs
+as of a recent day, what a user gets now. It fails when a declared lower bound is not what the floor
+venv installs, so the bounds in both ``pyproject.toml`` files are the versions that were run, and when
+the documented plain install is not the one its pins were resolved from. A Python that is not on the
+machine (see ``find_python``) skips its lanes, saying so in the table.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -37,7 +42,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 ROOT = Path(__file__).resolve().parents[1]
 UV = ROOT / ".tools" / "bin" / "uv"
@@ -52,33 +57,57 @@ TEST_TOOLS = ("pytest", "pytest-asyncio", "pytest-timeout")
 #: itself). ``mysql`` brings mysqlclient, which builds from source against MariaDB Connector/C
 #: (Debian's libmariadb-dev; ``make install`` installs it on a fresh machine).
 EXTRAS = "duckdb,postgres,mysql,openlineage,celery"
-#: Published after Airflow 3.1.0, yet what the DuckDB extra needs: exempt from that target's cutoff.
+#: Published after the Airflow floor, yet what the DuckDB extra needs: exempt from that target's cutoff.
 LATER_THAN_THE_FLOOR = ("apache-airflow-providers-duckdb", "apache-airflow-providers-common-sql")
+#: The page whose marked block is the plain ``pip install`` of the floor that ``make compat`` runs.
+PLAIN_PIP_PAGE = ROOT / "docs" / "compatibility.md"
+PLAIN_PIP_MARK = "<!-- make compat: the plain pip install of the floor -->"
 SMOKE_TIMEOUT = 900
+#: Set for the smoke runs that also run the docs' examples on Airflow's API.
+DOC_EXAMPLES_ENV = "ABM_SMOKE_DOC_EXAMPLES"
 
 
 @dataclass(frozen=True)
 class Target:
-    """One Airflow release the compat check installs."""
+    """One Airflow release, on one Python, that the compat check installs."""
 
     airflow: str
     cutoff: str  # resolve with what was published before this day, as that release's constraints did
+    python: str = "3.11"
     lowest: bool = False  # every direct dependency at its lowest allowed version
+    plain_pip: bool = False  # only what the documented plain `pip install` says, nothing held back
     exempt: tuple[str, ...] = ("apache-airflow-providers-duckdb",)  # published later, needed anyway
+    #: Also run the docs' examples on Airflow's own API (tests/smoke/test_doc_examples.py, about a
+    #: minute): on the oldest and the newest lane, where an API that moved would break them.
+    doc_examples: bool = False
 
     @property
     def name(self) -> str:
-        return f"airflow-{self.airflow}"
+        kind = "-lowest" if self.lowest else "-pip" if self.plain_pip else ""
+        python = "" if self.python == "3.11" else f"-python{self.python}"
+        return f"airflow-{self.airflow}{kind}{python}"
 
     @property
     def pins(self) -> Path:
         return PINS / f"{self.name}.txt"
 
 
+#: The lowest Airflow the provider declares (``apache-airflow>=`` in pyproject.toml): the first 3.1 that a
+#: plain ``pip install`` runs. 3.1.0 and 3.1.1 leave structlog unbounded, and 25.5 dropped the
+#: ``structlog.dev.Styles`` their logging imports; 3.1.0 leaves universal-pathlib unbounded too, and 0.3
+#: refuses its ``ObjectStoragePath("file://...")`` (docs/compatibility.md).
+FLOOR = "3.1.2"
+NEWEST = "3.3.2"  # the newest Airflow: what uv.lock pins and the whole suite runs
+#: The plain installs (the floor's as the docs print it; the newest Airflow's on the newer Pythons) take
+#: what the package index held on this day: what a user gets now, not what the constraints file held.
+RECENT = "2026-11-27"
 TARGETS = (
-    Target("3.1.0", "2025-09-26", lowest=True, exempt=LATER_THAN_THE_FLOOR),
+    Target(FLOOR, "2025-11-06", lowest=True, exempt=LATER_THAN_THE_FLOOR),
+    Target(FLOOR, RECENT, plain_pip=True, exempt=(), doc_examples=True),
     Target("3.1.8", "2026-03-12"),
     Target("3.2.2", "2026-05-30"),
+    Target(NEWEST, RECENT, python="3.12", exempt=()),
+    Target(NEWEST, RECENT, python="3.13", exempt=(), doc_examples=True),
 )
 
 
@@ -170,31 +199,115 @@ def floor_mismatches(target: Target) -> list[str]:
     ]
 
 
+def shown(path: Path) -> Path:
+    """A path as messages name it: from the repository's root when it is inside."""
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
+#: The provider's own names: in a documented command, the provider; in pins, never (it is the built wheel).
+OWN = {canonicalize_name("airflow-provider-abm"), canonicalize_name("abm-emulator")}
+
+
+def documented_plain_pip() -> list[str]:
+    """The requirements of the plain ``pip install`` of the floor that ``PLAIN_PIP_PAGE`` prints.
+
+    It is the first ``bash`` block after ``PLAIN_PIP_MARK``: one ``pip install`` of requirements, no
+    options (a constraints file or an index would not be a plain install).
+    """
+    page = PLAIN_PIP_PAGE
+    lines = page.read_text(encoding="utf-8").splitlines()
+    if PLAIN_PIP_MARK not in lines:
+        sys.exit(f"{shown(page)} has no line {PLAIN_PIP_MARK!r} above the floor's pip install")
+    start = next(i for i in range(lines.index(PLAIN_PIP_MARK), len(lines)) if lines[i].startswith("```bash"))
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("```"))
+    words = shlex.split("\n".join(lines[start + 1 : end]).replace("\\\n", " "), comments=True)
+    if words[:2] != ["pip", "install"] or any(w.startswith("-") for w in words[2:]) or len(words) < 3:
+        sys.exit(f"{shown(page)}:{start + 1}: not one plain `pip install REQUIREMENT...`: {words}")
+    return words[2:]
+
+
+def plain_pip_command(requirements: Sequence[str]) -> str:
+    return shlex.join(["pip", "install", *requirements])
+
+
+def resolution_input(target: Target) -> list[str]:
+    """What a target's pins are resolved from: its Airflow, and everything both distributions declare
+    (every extra) with the smoke subset's tools; for the plain install, what the docs' command adds too."""
+    if not target.plain_pip:
+        return [f"apache-airflow=={target.airflow}", *direct_requirements()]
+    documented = [r for r in documented_plain_pip() if requirement_name(r) not in OWN]
+    return [*documented, *direct_requirements()]
+
+
+def plain_pip_problems(target: Target) -> list[str]:
+    """Where the documented plain install, the declared floor and the plain target's pins disagree."""
+    page = shown(PLAIN_PIP_PAGE)
+    documented = documented_plain_pip()
+    command = plain_pip_command(documented)
+    problems = []
+    if f"apache-airflow=={target.airflow}" not in documented:
+        problems.append(f"{page} installs {command!r}, not apache-airflow=={target.airflow}, the floor")
+    if not any(requirement_name(r) == "airflow-provider-abm" for r in documented):
+        problems.append(f"{page}'s plain install ({command!r}) does not install airflow-provider-abm")
+    header = [line for line in target.pins.read_text().splitlines() if line.startswith("#")]
+    if f"# {command}" not in header:
+        problems.append(
+            f"{shown(target.pins)} was not resolved from {page}'s plain install, {command!r}:"
+            " run python scripts/release.py pin"
+        )
+    return problems
+
+
+def floor_problems() -> list[str]:
+    """What ``make compat`` refuses to start with: a declared floor that is not FLOOR, lower bounds the
+    lowest target does not install, a documented plain install its pins were not resolved from."""
+    declared = declared_floors()["apache-airflow"]
+    problems = []
+    if Version(declared) != Version(FLOOR):
+        problems.append(
+            f"pyproject.toml declares apache-airflow>={declared}; FLOOR (scripts/release.py) is {FLOOR}"
+        )
+    for target in TARGETS:
+        problems += floor_mismatches(target) if target.lowest else []
+        problems += plain_pip_problems(target) if target.plain_pip else []
+    return problems
+
+
+def pins_header(target: Target) -> str:
+    lines = [f"Airflow {target.airflow} on Python {target.python} for `make compat`, as of {target.cutoff}:"]
+    if target.lowest:
+        lines.append("every direct dependency at its lowest allowed version.")
+    if target.plain_pip:
+        lines += [
+            f"the plain pip install that {shown(PLAIN_PIP_PAGE)} prints (with every extra, the",
+            "emulator and the smoke subset's tools added; nothing else held back):",
+            plain_pip_command(documented_plain_pip()),
+        ]
+    if target.exempt:
+        lines.append(f"Published later, needed anyway: {', '.join(target.exempt)}.")
+    lines.append("Regenerate with: python scripts/release.py pin")
+    return "".join(f"# {line}\n" for line in lines)
+
+
 def pin(targets: Sequence[Target]) -> None:
-    """Resolve each target's pins from the package index, as of the target's cutoff."""
+    """Resolve each target's pins from the package index, as of the target's cutoff, for its Python."""
     PINS.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch:
         wanted = Path(scratch) / "requirements.in"
         for target in targets:
-            wanted.write_text("\n".join([f"apache-airflow=={target.airflow}", *direct_requirements()]) + "\n")
+            wanted.write_text("\n".join(resolution_input(target)) + "\n")
             later = [f"--exclude-newer-package={name}=2100-01-01" for name in target.exempt]
             resolution = ["--resolution=lowest-direct"] if target.lowest else []
             out = Path(scratch) / f"{target.name}.txt"  # uv prefers what an existing output pins
             run(
-                UV, "pip", "compile", "--quiet", "--no-header", "--python-version", "3.11",
+                UV, "pip", "compile", "--quiet", "--no-header", "--python-version", target.python,
                 "--exclude-newer", target.cutoff, *later, *resolution, wanted, "-o", out,
                 env=uv_env(),
             )  # fmt: skip
             # uv names the input by its path, a fresh temporary folder each time: keep the files' diffs
             # to what changed.
             text = out.read_text().replace(str(wanted), wanted.name)
-            how = "every direct dependency at its lowest allowed version, " if target.lowest else ""
-            header = (
-                f"# Airflow {target.airflow} for `make compat`: {how}resolved as of {target.cutoff}\n"
-                f"# (published later, needed anyway: {', '.join(target.exempt)}).\n"
-                "# Regenerate with: python scripts/release.py pin\n"
-            )
-            target.pins.write_text(header + text)
+            target.pins.write_text(pins_header(target) + text)
             print(f"wrote {target.pins.relative_to(ROOT)}")
 
 
@@ -272,17 +385,59 @@ def twine_check(built: Sequence[Path]) -> None:
 # -- venvs and the smoke subset -------------------------------------------------------------------------
 
 
-def fresh_venv(name: str) -> Path:
+def find_python(version: str) -> tuple[str | None, str]:
+    """An interpreter of ``version`` (``"3.12"``) and where it was found; or None and where it was sought.
+
+    In order: ``$PYTHON3_12`` (for 3.11 also ``$PYTHON``, which the Makefile sets), ``python3.12`` on
+    PATH, then pyenv's builds, ``$PYENV_ROOT/versions/3.12.*/bin/python3.12`` (``~/.pyenv`` by
+    default), newest first: every developer machine and CI runner of this project has 3.11, 3.12 and
+    3.13 there, while pyenv's shims on PATH run only the global version (3.11) and fail for the others.
+    Each candidate must run and say it is ``version``.
+    """
+    override = f"PYTHON{version.replace('.', '_')}"
+    candidates = [os.environ.get(override, "")]
+    if version == "3.11":
+        candidates.append(PYTHON)
+    candidates.append(f"python{version}")
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    builds = []
+    for build in pyenv.glob(f"versions/{version}.*/bin/python{version}"):
+        try:
+            builds.append((Version(build.parents[1].name), build))
+        except InvalidVersion:  # 3.13.0t (free-threaded), 3.13-dev: not a release
+            continue
+    candidates += [str(build) for _, build in sorted(builds, reverse=True)]
+    probe = "import sys; print('%d.%d' % sys.version_info[:2])"
+    for candidate in filter(None, candidates):
+        found = shutil.which(candidate)
+        if found is None:
+            continue
+        try:
+            said = subprocess.run([found, "-c", probe], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if said.returncode == 0 and said.stdout.strip() == version:
+            return found, f"${override}" if candidate == candidates[0] else candidate
+    return None, f"${override}, python{version} on PATH, {pyenv}/versions/{version}.*"
+
+
+def fresh_venv(name: str, python: str = PYTHON) -> Path:
     where = WORK / "venvs" / name
     shutil.rmtree(where, ignore_errors=True)
-    run(UV, "venv", "--quiet", "--python", PYTHON, where, env=uv_env())
+    run(UV, "venv", "--quiet", "--python", python, where, env=uv_env())
     return where
 
 
 def install(venv: Path, constraints: Path, *requirements: str) -> None:
-    """Install with every version fixed by ``constraints``; fail if anything unpinned came along."""
+    """Install with every version fixed by ``constraints``; fail if anything unpinned came along.
+
+    Without compiling bytecode: these venvs run once, and the smoke subset imports a fraction of what
+    they hold, so Python compiling what it imports costs far less than uv compiling everything
+    (docs/compatibility.md has the figures).
+    """
     python = venv / "bin" / "python"
-    run(UV, "pip", "install", "--quiet", "--python", python, "-c", constraints, *requirements, env=uv_env())
+    env = {**uv_env(), "UV_COMPILE_BYTECODE": "0"}
+    run(UV, "pip", "install", "--quiet", "--python", python, "-c", constraints, *requirements, env=env)
     allowed = pinned(constraints)
     frozen = run(UV, "pip", "freeze", "--python", python, env=uv_env(), quiet=True)
     loose = [
@@ -327,17 +482,30 @@ class Smoke:
     seconds: float = 0.0
     summary: str = ""
     ok: bool = False
+    python: str = ""
 
 
-def start_smoke(label: str, venv: Path) -> Smoke:
-    """Run tests/smoke with the venv's Python alone: no repository conftest, no inherited Airflow settings."""
+def skipped(label: str, name: str, python: str, why: str) -> Smoke:
+    """A lane that cannot run on this machine: it passes, and the table says it was skipped and why."""
+    print(f"!!! {name} SKIPPED: {why}", flush=True)
+    return Smoke(label, WORK / "venvs" / name, WORK / "logs" / f"{name}.log", summary=f"SKIPPED: {why}",
+                 ok=True, python=python)  # fmt: skip
+
+
+def start_smoke(label: str, venv: Path, python: str = "3.11", *, doc_examples: bool = False) -> Smoke:
+    """Run tests/smoke with the venv's Python alone: no repository conftest, no inherited Airflow settings.
+
+    ``doc_examples``: the docs' examples on Airflow's API run too (``ABM_SMOKE_DOC_EXAMPLES``).
+    """
     log = WORK / "logs" / f"{venv.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "ABM_", "PYTEST", "PYTHONPATH"))
     }
     env["ABM_SMOKE_EXPECT_SITE_PACKAGES"] = str(venv)
-    smoke = Smoke(label, venv, log, started=time.monotonic())
+    if doc_examples:
+        env[DOC_EXAMPLES_ENV] = "1"
+    smoke = Smoke(label, venv, log, started=time.monotonic(), python=python)
     smoke.process = subprocess.Popen(
         [venv / "bin" / "python", "-m", "pytest", "-p", "no:cacheprovider", "--confcutdir", "tests/smoke",
          "-q", "-rfEs", f"--timeout={SMOKE_TIMEOUT}", "tests/smoke"],
@@ -348,7 +516,7 @@ def start_smoke(label: str, venv: Path) -> Smoke:
 
 def finish(smokes: Sequence[Smoke]) -> bool:
     """Wait for every smoke run, noting when each ended; print the table, and the logs of failures."""
-    running = list(smokes)
+    running = [smoke for smoke in smokes if smoke.process is not None]
     while running:
         for smoke in list(running):
             assert smoke.process is not None
@@ -361,9 +529,12 @@ def finish(smokes: Sequence[Smoke]) -> bool:
             lines = smoke.log.read_text(errors="replace").strip().splitlines()
             smoke.summary = lines[-1].strip("= ") if lines else "no output"
         time.sleep(0.2)
-    print("\n| Airflow | venv | smoke subset | result | seconds |\n|---|---|---|---|---|")
+    print("\n| Airflow | Python | venv | smoke subset | result | seconds |\n|---|---|---|---|---|---|")
     for smoke in smokes:
-        print(f"| {smoke.label} | {smoke.venv.name} | tests/smoke | {smoke.summary} | {smoke.seconds:.0f} |")
+        print(
+            f"| {smoke.label} | {smoke.python} | {smoke.venv.name} | tests/smoke | {smoke.summary}"
+            f" | {smoke.seconds:.0f} |"
+        )
     failed = [s for s in smokes if not s.ok]
     for smoke in failed:
         print(f"\n--- {smoke.venv.name} failed; its log, {smoke.log.relative_to(ROOT)}, ends:")
@@ -381,9 +552,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("commands", nargs="+", choices=("check", "compat", "pin", "contents"))
-    commands = parser.parse_args(argv).commands
+    parser.add_argument(
+        "--only", action="append", metavar="NAME", help="compat and pin: only the targets whose pins file "
+        "name contains NAME (e.g. python3.13, 3.1.2-pip); repeatable",
+    )  # fmt: skip
+    options = parser.parse_args(argv)
+    commands = options.commands
+    targets = [t for t in TARGETS if not options.only or any(n in t.name for n in options.only)]
+    if not targets:
+        sys.exit(f"no target matches {options.only}: {[t.name for t in TARGETS]}")
     if "pin" in commands:
-        pin(TARGETS)
+        pin(targets)
     if not {"check", "compat", "contents"} & set(commands):
         return
     began = time.monotonic()
@@ -400,14 +579,26 @@ def main(argv: Sequence[str] | None = None) -> None:
         phase("release venv installed", began)
         smokes.append(start_smoke(f"{airflow_version(venv)} (uv.lock, from the sdists)", venv))
     if "compat" in commands:
-        problems = [problem for target in TARGETS if target.lowest for problem in floor_mismatches(target)]
+        problems = floor_problems()
         if problems:
-            sys.exit("lower bounds that the floor venv does not install:\n  " + "\n  ".join(problems))
-        for target in TARGETS:
-            venv = fresh_venv(target.name)
+            sys.exit("the floor, its pins and its documented install disagree:\n  " + "\n  ".join(problems))
+        pythons = {version: find_python(version) for version in sorted({t.python for t in targets})}
+        for version, (found, where) in pythons.items():
+            print(
+                f"Python {version}: {found} (from {where})" if found else f"Python {version}: none in {where}"
+            )
+        for target in targets:
+            found, where = pythons[target.python]
+            if found is None:
+                why = f"no Python {target.python} in {where} (`pyenv install {target.python}` adds it)"
+                smokes.append(skipped(target.airflow, target.name, target.python, why))
+                continue
+            venv = fresh_venv(target.name, found)
             install(venv, target.pins, *wheel_requirements(built, "wheel"))
             phase(f"{venv.name} installed", began)
-            smokes.append(start_smoke(airflow_version(venv), venv))
+            smokes.append(
+                start_smoke(airflow_version(venv), venv, target.python, doc_examples=target.doc_examples)
+            )
     ok = finish(smokes) if smokes else True
     print(
         f"\n{' and '.join(c for c in commands if c in ('check', 'compat'))}: {time.monotonic() - began:.0f} s"

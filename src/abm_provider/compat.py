@@ -1,8 +1,8 @@
 """The Airflow names that moved between Airflow 3.1 and 3.3, each imported from where it lives.
 
 Every other module of the provider imports these names from here, so the supported range
-(``apache-airflow>=3.1``, which ``make test`` installs and runs at 3.1.0, the newest 3.1, the newest
-3.2 and the pinned 3.3) is one file's concern:
+(``apache-airflow>=3.1.2``, which ``make test`` installs and runs at 3.1.2, the newest 3.1, the
+newest 3.2 and the pinned 3.3) is one file's concern:
 
 - the task exceptions are in ``airflow.sdk.exceptions`` from 3.2, in ``airflow.exceptions`` before;
 - the configuration is ``airflow.sdk.configuration.conf`` from 3.2, ``airflow.configuration.conf``
