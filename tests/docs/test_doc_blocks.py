@@ -27,7 +27,9 @@ for bash and ``python`` for Python:
 - ``dag``: a DAG file run with ``airflow dags test`` against the emulator and a DuckDB
   ``abm_warehouse``, on a copy of a metadata database ``airflow db migrate`` made once;
   ``dag-parse``: a DAG file that must import through Airflow's DagBag;
-- ``pytest``: a test module, run by pytest with the ``abm-emulator`` plugin's fixtures;
+- ``pytest``: a test module, run by pytest with the ``abm-emulator`` plugin's fixtures (those of
+  docs/emulator.md also on every Airflow ``make compat`` tests: tests/smoke/test_doc_examples.py,
+  which holds the block reader both use);
 - ``make``: the quick start: ``make demo`` is run; ``make test`` is what ``.ci/run`` runs (it is
   running this test, so it is checked there rather than started again);
 - ``no-engine: REASON``: needs what a test machine cannot have (``docker``: no Docker engine;
@@ -48,14 +50,13 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from abm_emulator.testing import RunningEmulator, start_emulator
+from smoke.test_doc_examples import ROOT, Block, page_blocks, run_pytest_block
 
-ROOT = Path(__file__).resolve().parents[2]
 PYPI_PAGES = [ROOT / "PYPI.md", ROOT / "emulator" / "PYPI.md"]
 PAGES = [
     ROOT / "README.md",
@@ -73,52 +74,9 @@ CODE = {
 CHECKED_KINDS = {"shell", "after-server"}
 NOT_RUN = {"text", "sql", "yaml", "json", "toml", "ini", "csv"}
 NO_ENGINE_REASONS = {"docker", "real-service", "package-index", "deployment"}
-_FENCE = re.compile(r"^```(\S*)\s*$")
-_MARKER = re.compile(r"^<!--\s*docs-test:\s*(?P<kind>[a-z-]+)(?::\s*(?P<reason>[a-z-]+))?\s*-->$")
 
 
-@dataclass(frozen=True)
-class Block:
-    page: Path
-    line: int
-    lang: str
-    kind: str
-    reason: str | None
-    text: str
-
-    @property
-    def where(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
-
-
-def _blocks(page: Path) -> list[Block]:
-    found: list[Block] = []
-    lines = page.read_text(encoding="utf-8").splitlines()
-    number = 0
-    while number < len(lines):
-        opening = _FENCE.match(lines[number])
-        if not opening:
-            number += 1
-            continue
-        end = next(i for i in range(number + 1, len(lines)) if lines[i].startswith("```"))
-        lang = opening.group(1)
-        marker = _MARKER.match(lines[number - 1].strip()) if number else None
-        default = {"bash": "shell", "python": "python"}.get(lang, "")
-        found.append(
-            Block(
-                page=page,
-                line=number + 1,
-                lang=lang,
-                kind=marker.group("kind") if marker else default,
-                reason=marker.group("reason") if marker else None,
-                text="\n".join(lines[number + 1 : end]) + "\n",
-            )
-        )
-        number = end + 1
-    return found
-
-
-ALL_BLOCKS = [block for page in PAGES for block in _blocks(page)]
+ALL_BLOCKS = [block for page in PAGES for block in page_blocks(page)]
 CODE_BLOCKS = [block for block in ALL_BLOCKS if block.lang in CODE]
 
 
@@ -425,10 +383,7 @@ def _dag(block: Block, tmp_path: Path) -> None:
 
 def _pytest(block: Block, tmp_path: Path) -> None:
     scratch = _scratch(tmp_path)
-    (scratch / "test_docs_example.py").write_text(block.text)
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_docs_example.py"]
-    out = _run(args, block, scratch, _env(scratch))
-    assert re.search(r"\b\d+ passed\b", out) and " failed" not in out, out
+    run_pytest_block(block, scratch, _env(scratch))
 
 
 def _make(block: Block, tmp_path: Path) -> None:

@@ -126,6 +126,43 @@ async def fire(type: str, request: Request) -> dict[str, Any]:
     )
 
 
+def _account_ids(body: dict[str, Any]) -> list[str]:
+    unknown = sorted(set(body) - {"ids"})
+    if unknown:
+        raise invalid(unknown[0], "unknown field; known: ids")
+    ids = body.get("ids")
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
+        raise invalid("ids", f"must be a non-empty list of account ids, got {ids!r}")
+    return ids
+
+
+def _unknown_ids(emulator: Emulator) -> dict[str, Any]:
+    return {"ids": sorted(emulator.unknown_account_ids)}
+
+
+@admin_router.get("/unknownAccounts")
+async def unknown_accounts(request: Request) -> dict[str, Any]:
+    return _unknown_ids(_parts(request)[0])
+
+
+@admin_router.post("/unknownAccounts")
+async def make_accounts_unknown(request: Request) -> dict[str, Any]:
+    """``{"ids": [...]}``: the CRM no longer knows these ids, in every customer account: add answers
+    them in ``accountsNotFound``, remove leaves them on the list and out of its answer."""
+    emulator = _parts(request)[0]
+    emulator.make_unknown(_account_ids(await _json_object(request)))
+    return _unknown_ids(emulator)
+
+
+@admin_router.delete("/unknownAccounts")
+async def make_accounts_known(request: Request) -> dict[str, Any]:
+    """``{"ids": [...]}``: these ids known again; no body: every id."""
+    emulator = _parts(request)[0]
+    body = await _json_object(request)
+    emulator.make_known(_account_ids(body) if body else None)
+    return _unknown_ids(emulator)
+
+
 @admin_router.get("/faults")
 async def list_faults(request: Request) -> dict[str, Any]:
     return {"faults": _parts(request)[1].describe()}

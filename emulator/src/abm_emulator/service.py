@@ -47,7 +47,8 @@ from abm_emulator.storage import LinkSigner
 log = logging.getLogger("abm_emulator")
 
 MAX_ACCOUNTS_PER_REQUEST = 1000
-# 15 or 18 alphanumerics starting 001: the Salesforce account id forms the emulator treats as "known".
+# 15 or 18 alphanumerics starting 001: the Salesforce account id forms the emulator treats as "known"
+# (unless the admin API made the id unknown: `Emulator.knows`).
 SALESFORCE_ACCOUNT_ID = re.compile(r"001[A-Za-z0-9]{12}(?:[A-Za-z0-9]{3})?")
 _ORDER_BY = re.compile(r"\s*(createTime|updateTime)(?:\s+(asc|desc))?\s*")
 _FILTER = re.compile(r"\s*(status|state)\s*=\s*\"?([A-Za-z_]+)\"?\s*")
@@ -90,6 +91,8 @@ class Emulator:
         self.settings = settings
         self.clock = clock
         self.accounts: dict[str, Account] = {}
+        #: Ids the CRM does not know even when well formed (set by ``/_admin/unknownAccounts``).
+        self.unknown_account_ids: set[str] = set()
         self.signer = LinkSigner(
             hashlib.sha256(f"abm-emulator-link-secret:{settings.seed}".encode()).digest(), settings.link_ttl
         )
@@ -108,6 +111,7 @@ class Emulator:
 
     def reset(self) -> None:
         self.accounts.clear()
+        self.unknown_account_ids.clear()
         self.clock.reset()
         self.changed()
 
@@ -116,10 +120,12 @@ class Emulator:
             "version": 1,
             "clock": {"start": self.clock.start.isoformat(), "now": self.clock.now().isoformat()},
             "accounts": {name: account_to_json(a) for name, a in self.accounts.items()},
+            "unknownAccountIds": sorted(self.unknown_account_ids),
         }
 
     def load(self, data: Mapping[str, Any], *, restore_clock: bool) -> None:
         self.accounts = {name: account_from_json(a) for name, a in data.get("accounts", {}).items()}
+        self.unknown_account_ids = set(data.get("unknownAccountIds", []))
         clock = data.get("clock") or {}
         if restore_clock and clock.get("now"):
             self.clock.start = parse_instant(clock["start"])
@@ -281,6 +287,24 @@ class Emulator:
                 "accounts", f"at most {MAX_ACCOUNTS_PER_REQUEST} accounts per request, got {len(accounts)}"
             )
 
+    def knows(self, account_id: str) -> bool:
+        """Whether the CRM knows this account id: a well-formed Salesforce id not made unknown."""
+        return (
+            bool(SALESFORCE_ACCOUNT_ID.fullmatch(account_id)) and account_id not in self.unknown_account_ids
+        )
+
+    def make_unknown(self, account_ids: Sequence[str]) -> None:
+        self.unknown_account_ids.update(account_ids)
+        self.changed()
+
+    def make_known(self, account_ids: Sequence[str] | None) -> None:
+        """Known again (every id when ``account_ids`` is None), so well-formed ones are found again."""
+        if account_ids is None:
+            self.unknown_account_ids.clear()
+        else:
+            self.unknown_account_ids.difference_update(account_ids)
+        self.changed()
+
     def add_accounts(
         self, account: Account, list_id: str, accounts: Sequence[Mapping[str, Any]]
     ) -> dict[str, Any]:
@@ -292,7 +316,7 @@ class Emulator:
         for item in accounts:
             # Only id is required: a missing org/type is filled before keying, and echoed filled.
             member = fill_account_ref(account, item)
-            if not SALESFORCE_ACCOUNT_ID.fullmatch(member["id"]):
+            if not self.knows(member["id"]):
                 not_found.append(member)
                 continue
             key = (member["crmOrgId"], member["id"])
@@ -319,6 +343,10 @@ class Emulator:
         removed = []
         for item in accounts:
             wanted = fill_account_ref(account, item)
+            if not self.knows(wanted["id"]):
+                # The documented answer has no accountsNotFound: an id the CRM does not know is not
+                # removed, and is left out of `accounts` (a client counts it as not found).
+                continue
             member = target.members.pop((wanted["crmOrgId"], wanted["id"]), None)
             if member is not None:
                 removed.append(member)

@@ -130,6 +130,26 @@ class RunningEmulator:
     def clear_faults(self) -> None:
         self.admin("DELETE", "/_admin/faults")
 
+    def make_accounts_unknown(self, account_ids: Iterable[str]) -> list[str]:
+        """The service no longer knows these account ids (in every customer account, any CRM org): an
+        add answers them in ``accountsNotFound``; a remove leaves them on the list and out of its
+        answer. Until :meth:`make_accounts_known` or :meth:`reset`. Returns every unknown id."""
+        result = self.admin("POST", "/_admin/unknownAccounts", {"ids": _id_list(account_ids)})
+        ids: list[str] = result["ids"]
+        return ids
+
+    def make_accounts_known(self, account_ids: Iterable[str] | None = None) -> list[str]:
+        """These ids (``None``: every id made unknown) known again; returns the ids still unknown."""
+        body = None if account_ids is None else {"ids": _id_list(account_ids)}
+        result = self.admin("DELETE", "/_admin/unknownAccounts", body)
+        ids: list[str] = result["ids"]
+        return ids
+
+    def unknown_accounts(self) -> list[str]:
+        """The account ids made unknown, sorted."""
+        ids: list[str] = self.admin("GET", "/_admin/unknownAccounts")["ids"]
+        return ids
+
     def fire(self, export_type: str, **kw: Any) -> dict[str, Any]:
         """Start an execution now (``outcome``, ``pending_seconds``, ``running_seconds``, ``size_bytes``,
         ``api_key``; camelCase accepted too); returns the execution as the API shows it."""
@@ -178,6 +198,11 @@ class RunningEmulator:
         request still being served may see the change."""
         seen: list[dict[str, Any]] = self.admin("GET", "/_admin/requests")["requests"]
         return seen
+
+
+def _id_list(account_ids: Iterable[str]) -> list[str]:
+    """One id given as a string is that id, not its characters."""
+    return [account_ids] if isinstance(account_ids, str) else list(account_ids)
 
 
 def _die_with_parent() -> None:
