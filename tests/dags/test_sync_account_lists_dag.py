@@ -142,7 +142,7 @@ def test_sync_dag_records_only_what_it_sent_when_the_target_changes_mid_run(
 
     def edit_then_send(self: Any, run: Any) -> None:
         # Through the sync's own connection: DuckDB allows one configuration per file in a process.
-        self.db.execute("INSERT INTO abm_target_accounts VALUES (?, ?, ?)", [late, "Late", ORG])
+        self.db.execute(f"INSERT INTO abm_target_accounts VALUES ({self.db.marks(3)})", [late, "Late", ORG])
         self.db.conn.commit()
         original(self, run)
 

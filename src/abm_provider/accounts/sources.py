@@ -11,6 +11,7 @@ import io
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.sdk import ObjectStoragePath
@@ -265,6 +266,18 @@ class ParquetSource:
             parquet.close()
 
 
+@dataclass(frozen=True)
+class WarehouseQuery:
+    """A SQL source as its own connection runs it: the user's statement and parameters, as given.
+
+    ``is_table``: the statement is the provider's ``SELECT *`` of a whole table, not the user's text.
+    """
+
+    text: str
+    parameters: Mapping[str, Any] | Sequence[Any] | None
+    is_table: bool = False
+
+
 class SqlSource:
     """Rows of a SQL query run through any common-sql ``DbApiHook`` connection.
 
@@ -295,17 +308,17 @@ class SqlSource:
         self.hook_params = dict(hook_params or {})
         self.fetch_size = fetch_size
 
-    def query_on(self, conn_id: str, dialect: Dialect) -> str | None:
-        """The source as one query that connection ``conn_id`` (spoken as ``dialect``) runs itself.
+    def query_on(self, conn_id: str, dialect: Dialect) -> WarehouseQuery | None:
+        """The source as a query that connection ``conn_id`` (spoken as ``dialect``) runs itself.
 
-        ``None`` when it must be read through its own connection: another connection, bound
-        parameters, or hook parameters that may change what the query sees.
+        ``None`` when it must be read through its own connection: another connection, or hook
+        parameters that may change what the query sees. The user's parameters go with the query.
         """
-        if conn_id != self.sql_conn_id or self.parameters or self.hook_params:
+        if conn_id != self.sql_conn_id or self.hook_params:
             return None
         if self.table is not None:
-            return f"SELECT * FROM {dialect.table_sql(self.table)}"
-        return str(self.sql).strip().rstrip(";").strip() or None
+            return WarehouseQuery(f"SELECT * FROM {dialect.table_sql(self.table)}", None, is_table=True)
+        return WarehouseQuery(str(self.sql), self.parameters)
 
     def get_hook(self) -> Any:
         """Resolve the connection to its provider's hook, which must be a common-sql ``DbApiHook``."""

@@ -97,6 +97,9 @@ class AccountListSyncOperator(AccountSourceOperator):
     :param table: source table, ``table`` or ``schema.table`` (templated), read with ``sql_conn_id``.
     :param sql: source query (templated; ``.sql`` files are templates), run with ``sql_conn_id``.
     :param accounts_path: source file, ``.csv`` or ``.parquet`` (templated); needs ``state_conn_id``.
+    :param parameters: bind parameters of ``sql`` (templated), a list or a dict in the driver's own
+        style (``?`` / ``$name`` on DuckDB, ``%s`` / ``%(name)s`` on PostgreSQL and MySQL), passed as
+        ``SQLExecuteQueryOperator`` passes them. The query's text is never rewritten.
     :param column_map: ``{api_field: source_column}`` for ``id``, ``name``, ``crmOrgId``, ``crmType``.
     :param mode: ``"mirror"`` (default: add what joined, remove what left), ``"add_only"`` (never
         remove) or ``"remove_only"`` (never add: an exclusion list that only shrinks). Templated.

@@ -83,16 +83,16 @@ def _key() -> str:
 def test_values_are_bound_never_spliced_into_the_sql(target: Target) -> None:
     db, table = target.connect(), target.table("t")
     db.execute(f"CREATE TABLE {table} (name VARCHAR(20), n BIGINT)")
-    db.execute(f"INSERT INTO {table} VALUES (?, ?)", ["it's; DROP TABLE t", 1])
-    db.executemany(f"INSERT INTO {table} VALUES (?, ?)", [["b", 2], ["c", 3]])
-    db.executemany(f"INSERT INTO {table} VALUES (?, ?)", [])  # nothing to run
-    assert db.rows(f"SELECT name, n FROM {table} WHERE n >= ? ORDER BY n", [1]) == [
+    db.execute(f"INSERT INTO {table} VALUES ({db.marks(2)})", ["it's; DROP TABLE t", 1])
+    db.executemany(f"INSERT INTO {table} VALUES ({db.marks(2)})", [["b", 2], ["c", 3]])
+    db.executemany(f"INSERT INTO {table} VALUES ({db.marks(2)})", [])  # nothing to run
+    assert db.rows(f"SELECT name, n FROM {table} WHERE n >= {db.marker} ORDER BY n", [1]) == [
         ("it's; DROP TABLE t", 1),
         ("b", 2),
         ("c", 3),
     ]
-    assert db.value(f"SELECT n FROM {table} WHERE name = ?", ["c"]) == 3
-    assert db.value(f"SELECT n FROM {table} WHERE name = ?", ["none"]) is None
+    assert db.value(f"SELECT n FROM {table} WHERE name = {db.marker}", ["c"]) == 3
+    assert db.value(f"SELECT n FROM {table} WHERE name = {db.marker}", ["none"]) is None
 
 
 def test_a_transaction_commits_together_or_not_at_all(target: Target) -> None:
@@ -100,10 +100,10 @@ def test_a_transaction_commits_together_or_not_at_all(target: Target) -> None:
     with db.transaction():
         db.execute(f"CREATE TABLE {table} (n BIGINT)")
     with db.transaction():
-        db.execute(f"INSERT INTO {table} VALUES (?)", [1])
-        db.execute(f"INSERT INTO {table} VALUES (?)", [2])
+        db.execute(f"INSERT INTO {table} VALUES ({db.marker})", [1])
+        db.execute(f"INSERT INTO {table} VALUES ({db.marker})", [2])
     with pytest.raises(RuntimeError, match="half way"), db.transaction():
-        db.execute(f"INSERT INTO {table} VALUES (?)", [3])
+        db.execute(f"INSERT INTO {table} VALUES ({db.marker})", [3])
         raise RuntimeError("half way")
     assert other.rows(f"SELECT n FROM {table} ORDER BY n") == [(1,), (2,)]
 
@@ -128,7 +128,10 @@ def test_analyze_commits_and_on_postgresql_refreshes_the_row_estimate(target: Ta
     db.analyze(table)
     assert target.connect().value(f"SELECT COUNT(*) FROM {table}") == 500
     if db.dialect.name == "postgres":
-        assert db.value("SELECT reltuples FROM pg_class WHERE oid = CAST(? AS regclass)", [table]) == 500
+        assert (
+            db.value(f"SELECT reltuples FROM pg_class WHERE oid = CAST({db.marker} AS regclass)", [table])
+            == 500
+        )
 
 
 # ---- the state tables ---------------------------------------------------------------------------

@@ -116,7 +116,7 @@ def test_an_edit_during_a_run_is_sent_by_the_next_run(
     def edit_then_send(self: Any, run: Any) -> None:
         # Through the sync's own connection: DuckDB allows one configuration per file in a process.
         for row in rows_for(range(10, 12)):
-            self.db.execute(f"INSERT INTO {warehouse.name('targets')} VALUES (?, ?, ?)", row)
+            self.db.execute(f"INSERT INTO {warehouse.name('targets')} VALUES ({self.db.marks(3)})", row)
         self.db.conn.commit()
         original(self, run)
 

@@ -32,10 +32,14 @@ def test_each_hook_gets_its_dialect(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert dialect_of(MySqlHook(mysql_conn_id="wh_mysql")) == "mysql"
     assert dialect_of(SqliteTestHook(tmp_path / "x.sqlite")) == "generic"
     assert loader_for(MySqlHook(mysql_conn_id="wh_mysql")).dialect.quote("a") == "`a`"
-    # The list sync plans a SQL source in the warehouse only where the rules run there.
-    hooks = [DuckDBHook(duckdb_conn_id="wh_duckdb"), PostgresHook(postgres_conn_id="wh_pg")]
+    # The list sync plans a SQL source in the warehouse where the rules run there: on all three.
+    hooks = [
+        DuckDBHook(duckdb_conn_id="wh_duckdb"),
+        PostgresHook(postgres_conn_id="wh_pg"),
+        MySqlHook(mysql_conn_id="wh_mysql"),
+    ]
     assert all(loader_for(hook).dialect.has_rules_in_sql for hook in hooks)
-    assert not loader_for(MySqlHook(mysql_conn_id="wh_mysql")).dialect.has_rules_in_sql
+    assert not loader_for(SqliteTestHook(tmp_path / "x.sqlite")).dialect.has_rules_in_sql
 
 
 class BracketQuotingHook(SqliteTestHook):

@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -106,7 +106,13 @@ def _now() -> datetime:
 
 
 class StateDatabase:
-    """The state warehouse, through one connection; ``?`` in SQL text is the bind marker."""
+    """The state warehouse, through one connection.
+
+    Statements are run as they are written: the sync writes its own with the driver's marker
+    (:attr:`marker`, :meth:`marks`), and a user's query goes to the driver untouched, with the user's
+    parameters as given (:meth:`run_query`). No SQL text is rewritten here, so a ``%`` or ``?`` in a
+    user's literal, comment or operator reaches the database as written.
+    """
 
     def __init__(self, hook: DbApiHook, *, lock_timeout: float = 0.0) -> None:
         """Connect; wait up to ``lock_timeout`` seconds for a database file another process holds.
@@ -240,20 +246,31 @@ class StateDatabase:
                 if lock[1] == key and holder is mine:
                     del _IN_PROCESS_LOCKS[lock]
 
-    def sql(self, text: str) -> str:
-        """Replace the ``?`` markers with the driver's own."""
-        return text if self.marker == "?" else text.replace("?", self.marker)
+    def marks(self, count: int) -> str:
+        """``count`` bind markers of the driver, comma-separated (a ``VALUES`` list, an ``IN`` list)."""
+        return ", ".join([self.marker] * count)
 
     def execute(self, text: str, params: Sequence[Any] = ()) -> int:
-        """Run one statement with bind parameters; return the rows it changed (-1 when the driver
-        does not say)."""
-        self.cur.execute(self.sql(text), list(params))
+        """Run one of the sync's own statements, written with :attr:`marker`; return the rows it
+        changed (-1 when the driver does not say)."""
+        self.cur.execute(text, list(params))
         return int(self.cur.rowcount)
+
+    def run_query(self, text: str, parameters: Mapping[str, Any] | Sequence[Any] | None) -> None:
+        """Run a statement that holds a user's query, with the user's parameters, as common-sql does.
+
+        ``SQLExecuteQueryOperator`` hands the driver the parameters only when there are some: with
+        none, a format-style driver (psycopg, mysqlclient) reads ``%`` as text, as the user wrote it.
+        """
+        if parameters:
+            self.cur.execute(text, parameters)
+        else:
+            self.cur.execute(text)
 
     def executemany(self, text: str, rows: Sequence[Sequence[Any]]) -> None:
         """Run one statement for each row of parameters."""
         if rows:
-            self.cur.executemany(self.sql(text), [list(r) for r in rows])
+            self.cur.executemany(text, [list(r) for r in rows])
 
     def rows(self, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """All rows of a query (callers keep results small: counts, one batch, a sample)."""

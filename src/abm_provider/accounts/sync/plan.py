@@ -87,12 +87,15 @@ class Planner:
         """
         names = self.db.names(self.tables)
         stage = f"abm_sync_source_{uuid.uuid4().hex[:12]}"
-        self.db.execute(f"CREATE TEMPORARY TABLE {stage} ({stage_table_sql(self.db.dialect)})")
         key, text = self.db.dialect.text_sql(255), self.db.dialect.text_sql(64)
-        self.db.execute(
-            f"CREATE TEMPORARY TABLE {self._candidates(stage)} (record BIGINT, account_id {key}, "
-            f"crm_org_id {key}, crm_type {key}, account_name {key}, row_hash {text})"
-        )
+        # Committed before staging: a source query the warehouse refuses to run wrapped rolls back
+        # its own transaction only, and the source is then staged through Python into these.
+        with self.db.transaction():
+            self.db.execute(f"CREATE TEMPORARY TABLE {stage} ({stage_table_sql(self.db.dialect)})")
+            self.db.execute(
+                f"CREATE TEMPORARY TABLE {self._candidates(stage)} (record BIGINT, account_id {key}, "
+                f"crm_org_id {key}, crm_type {key}, account_name {key}, row_hash {text})"
+            )
         # A run that sends only the change compares the source with the members first, where it can;
         # a list with no members (a first run) has none to compare with, nor to leave out of the plan.
         members = names.members if not self.options.full_resync and self._has_members() else None
@@ -116,7 +119,8 @@ class Planner:
 
     def _any(self, table: str) -> bool:
         """Whether ``table`` has a row of this list."""
-        found = self.db.value(f"SELECT 1 FROM {table} WHERE list_id = ? LIMIT 1", [self.options.list_id])
+        mark = self.db.marker
+        found = self.db.value(f"SELECT 1 FROM {table} WHERE list_id = {mark} LIMIT 1", [self.options.list_id])
         return found is not None
 
     def _keep_first_of_each_key(self, candidates: str) -> None:
@@ -148,15 +152,16 @@ class Planner:
         An account the service did not find is held until ``retry_not_found_after`` has passed. A list
         with no rejects holds nothing, and its rows are not each looked up in the rejects table.
         """
+        mark = self.db.marker
         options = self.options
         rejects = self.db.names(self.tables).rejects
         if not self._any(rejects):
             return _Held("1 = 0", "1 = 1", [])
-        held = f"SELECT 1 FROM {rejects} r WHERE r.list_id = ? AND r.row_hash = s.row_hash"
+        held = f"SELECT 1 FROM {rejects} r WHERE r.list_id = {mark} AND r.row_hash = s.row_hash"
         if options.retry_not_found_after is None:
             return _Held(f"EXISTS ({held})", f"NOT EXISTS ({held})", [options.list_id])
         cutoff = self.clock.now() - timedelta(seconds=options.retry_not_found_after)
-        held += " AND (r.action <> ? OR r.recorded_at > ?)"
+        held += f" AND (r.action <> {mark} OR r.recorded_at > {mark})"
         return _Held(f"EXISTS ({held})", f"NOT EXISTS ({held})", [options.list_id, NOT_FOUND_ACTION, cutoff])
 
     def _write_plan(self, stage: str, staged: Staged, *, listed: bool) -> tuple[Tripped | None, int]:
@@ -166,6 +171,7 @@ class Planner:
         resync, which adds every row again). Returns the guard the plan tripped, if any, and how many
         rows the plan holds.
         """
+        mark = self.db.marker
         names = self.db.names(self.tables)
         options = self.options
         source_rows = staged.rows
@@ -176,22 +182,22 @@ class Planner:
         stale = {options.run_id} | {
             str(r[0])
             for r in self.db.rows(
-                f"SELECT run_id FROM {names.runs} WHERE list_id = ? AND status IN (?, ?)",
+                f"SELECT run_id FROM {names.runs} WHERE list_id = {mark} AND status IN ({mark}, {mark})",
                 [options.list_id, BLOCKED, DRY_RUN],
             )
         }
         self.db.execute(
-            f"DELETE FROM {names.plan} WHERE list_id = ? AND run_id IN ({', '.join('?' for _ in stale)})",
+            f"DELETE FROM {names.plan} WHERE list_id = {mark} AND run_id IN ({self.db.marks(len(stale))})",
             [options.list_id, *sorted(stale)],
         )
-        self.db.execute(f"DELETE FROM {names.runs} WHERE list_id = ? AND run_id = ?", run)
+        self.db.execute(f"DELETE FROM {names.runs} WHERE list_id = {mark} AND run_id = {mark}", run)
         refused = self._refused()
         # The valid rows whose key is not a member yet (every valid row in a full resync), one per key
         # (its first in the source): made once, since the plan, the counts and the log all read it,
         # and small once a list is in step. A row staged in SQL gets its hash here, where only these
         # rows need one.
         member = (
-            f"SELECT 1 FROM {names.members} m WHERE m.list_id = ? AND m.account_id = s.account_id "
+            f"SELECT 1 FROM {names.members} m WHERE m.list_id = {mark} AND m.account_id = s.account_id "
             "AND m.crm_org_id = s.crm_org_id"
         )
         new_keys = f" AND NOT EXISTS ({member})" if listed else ""
@@ -215,7 +221,7 @@ class Planner:
         planned = {"add": 0, "remove": 0}
         if options.adds:
             planned["add"] = self.db.execute(
-                f"INSERT INTO {names.plan} ({columns}) SELECT ?, ?, 'add', "
+                f"INSERT INTO {names.plan} ({columns}) SELECT {mark}, {mark}, 'add', "
                 "ROW_NUMBER() OVER (ORDER BY s.record), s.account_id, s.crm_org_id, "
                 f"s.crm_type, s.account_name, s.row_hash FROM {candidates} s WHERE {to_add}",
                 [*run, *to_add_params],
@@ -224,15 +230,15 @@ class Planner:
             # Only members no source row equals can have left it, where staging found which those are.
             left = staged.members_left or names.members
             planned["remove"] = self.db.execute(
-                f"INSERT INTO {names.plan} ({columns}) SELECT ?, ?, 'remove', "
+                f"INSERT INTO {names.plan} ({columns}) SELECT {mark}, {mark}, 'remove', "
                 "ROW_NUMBER() OVER (ORDER BY m.account_id, m.crm_org_id), m.account_id, m.crm_org_id, "
-                f"m.crm_type, m.account_name, m.row_hash FROM {left} m WHERE m.list_id = ? "
+                f"m.crm_type, m.account_name, m.row_hash FROM {left} m WHERE m.list_id = {mark} "
                 f"AND NOT EXISTS (SELECT 1 FROM {stage} s WHERE s.account_id = m.account_id "
                 "AND s.crm_org_id = m.crm_org_id)",
                 [*run, options.list_id],
             )
         if min(planned.values()) < 0:  # the driver did not say how many rows each insert wrote
-            counted = f"SELECT action, COUNT(*) FROM {names.plan} WHERE list_id = ? AND run_id = ?"
+            counted = f"SELECT action, COUNT(*) FROM {names.plan} WHERE list_id = {mark} AND run_id = {mark}"
             counted += " GROUP BY action"
             planned = {"add": 0, "remove": 0} | dict(self.db.rows(counted, run))
         new_invalid = f"FROM {stage} s WHERE s.reason IS NOT NULL AND {refused.sendable}"
@@ -256,7 +262,7 @@ class Planner:
         self.db.execute(
             f"INSERT INTO {names.runs} (list_id, run_id, mode, status, source_rows, to_add, to_remove, "
             "add_done, remove_done, added, removed, duplicates, not_found, rejected, held, started_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, 0, ?, ?, ?)",
+            f"VALUES ({self.db.marks(7)}, 0, 0, 0, 0, 0, 0, {self.db.marks(3)})",
             [*run, options.mode, status, source_rows, adding, removing, rejected, held, utc_now()],
         )
         return tripped, adding + removing
@@ -270,18 +276,23 @@ class Planner:
         skipped_params: list[Any],
     ) -> None:
         """Log the new invalid rows as ``invalid``, the held ones as ``held``; then record the new ones."""
+        mark = self.db.marker
         names = self.db.names(self.tables)
         options = self.options
         run = [options.list_id, options.run_id]
         now = utc_now()
         logged = (
             f"INSERT INTO {names.log} (list_id, run_id, action, outcome, account_id, crm_org_id, reason, "
-            "record, logged_at) SELECT ?, ?, 'none', ?, s.account_id, s.crm_org_id, {reason}, s.record, ? "
+            f"record, logged_at) SELECT {mark}, {mark}, 'none', {mark}, s.account_id, s.crm_org_id, "
+            f"{{reason}}, s.record, {mark} "
         )
         self.db.execute(
             logged.format(reason="s.reason") + new_invalid, [*run, "invalid", now, *refused_params]
         )
-        why = f"(SELECT MAX(r.reason) FROM {names.rejects} r WHERE r.list_id = ? AND r.row_hash = s.row_hash)"
+        why = (
+            f"(SELECT MAX(r.reason) FROM {names.rejects} r WHERE r.list_id = {mark} "
+            "AND r.row_hash = s.row_hash)"
+        )
         self.db.execute(
             logged.format(reason=why) + held_invalid, [*run, "held", options.list_id, now, *refused_params]
         )
@@ -292,8 +303,8 @@ class Planner:
         # Last: until the new invalid rows are rejects, the queries above cannot take them for held ones.
         self.db.execute(
             f"INSERT INTO {names.rejects} (list_id, run_id, action, account_id, crm_org_id, "
-            "row_hash, reason, record, line, raw, recorded_at) SELECT ?, ?, ?, s.account_id, "
-            f"s.crm_org_id, s.row_hash, s.reason, s.record, s.line, s.raw, ? {new_invalid}",
+            f"row_hash, reason, record, line, raw, recorded_at) SELECT {mark}, {mark}, {mark}, s.account_id, "
+            f"s.crm_org_id, s.row_hash, s.reason, s.record, s.line, s.raw, {mark} {new_invalid}",
             [*run, INVALID_ACTION, self.clock.now(), *refused_params],
         )
 
@@ -333,6 +344,7 @@ class Planner:
 
     def log_plan(self, summary: Mapping[str, Any]) -> None:
         """Counts and a sample of each action, so a dry run (or a surprise) is readable in the log."""
+        mark = self.db.marker
         names = self.db.names(self.tables)
         options = self.options
         self.log.info(
@@ -349,8 +361,8 @@ class Planner:
         )
         for action in ("add", "remove"):
             sample = self.db.rows(
-                f"SELECT account_id, crm_org_id FROM {names.plan} WHERE list_id = ? AND run_id = ? "
-                f"AND action = ? ORDER BY seq LIMIT {_SAMPLE}",
+                f"SELECT account_id, crm_org_id FROM {names.plan} WHERE list_id = {mark} AND run_id = {mark} "
+                f"AND action = {mark} ORDER BY seq LIMIT {_SAMPLE}",
                 [options.list_id, options.run_id, action],
             )
             if sample:

@@ -142,6 +142,7 @@ class Recorder:
         When ``replaces_not_found``, a not-found reject of an earlier run for the same values is
         replaced: the account was just sent again.
         """
+        mark = self.db.marker
         names = self.db.names(self.tables)
         now, service_now = utc_now(), self.clock.now()
         first, last = answered[0].start, answered[-1].end
@@ -168,8 +169,8 @@ class Recorder:
                 )
                 log.append((self.list_id, run_id, "add", "not_found", account_id, org, None, None, now))
         plan_rows = (
-            f"SELECT p.row_hash FROM {names.plan} p WHERE p.list_id = ? AND p.run_id = ? "
-            "AND p.action = 'add' AND p.seq BETWEEN ? AND ?"
+            f"SELECT p.row_hash FROM {names.plan} p WHERE p.list_id = {mark} AND p.run_id = {mark} "
+            f"AND p.action = 'add' AND p.seq BETWEEN {mark} AND {mark}"
         )
         # A plan holds each key once, and it left out the members when it was made under the list's
         # lock, which this run still holds (earlier unfinished runs are completed before a run plans):
@@ -186,13 +187,14 @@ class Recorder:
         with self.db.transaction():
             if replaces_not_found:
                 self.db.execute(
-                    f"DELETE FROM {names.rejects} WHERE list_id = ? AND action = ? AND run_id <> ? "
+                    f"DELETE FROM {names.rejects} WHERE list_id = {mark} AND action = {mark} "
+                    f"AND run_id <> {mark} "
                     f"AND row_hash IN ({plan_rows})",
                     [self.list_id, NOT_FOUND_ACTION, run_id, self.list_id, run_id, first, last],
                 )
             self.db.executemany(
                 f"INSERT INTO {names.rejects} (list_id, run_id, action, account_id, crm_org_id, "
-                "row_hash, reason, raw, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"row_hash, reason, raw, recorded_at) VALUES ({self.db.marks(9)})",
                 [[*r, service_now] for r in rejects],
             )
             if self.options.full_resync and rejects:
@@ -200,8 +202,8 @@ class Recorder:
             self.db.execute(
                 f"INSERT INTO {names.members} (list_id, account_id, crm_org_id, crm_type, account_name, "
                 "row_hash, run_id, synced_at) SELECT p.list_id, p.account_id, p.crm_org_id, p.crm_type, "
-                f"p.account_name, p.row_hash, p.run_id, ? FROM {names.plan} p WHERE p.list_id = ? "
-                f"AND p.run_id = ? AND p.action = 'add' AND p.seq BETWEEN ? AND ?{new_only}"
+                f"p.account_name, p.row_hash, p.run_id, {mark} FROM {names.plan} p WHERE p.list_id = {mark} "
+                f"AND p.run_id = {mark} AND p.action = 'add' AND p.seq BETWEEN {mark} AND {mark}{new_only}"
                 f"{_other_than(exceptions)}",
                 [now, self.list_id, run_id, first, last],
             )
@@ -213,8 +215,9 @@ class Recorder:
             self._log_rows(log)
             self._drop_recorded(run_id, "add", first, last)
             self.db.execute(
-                f"UPDATE {names.runs} SET add_done = ?, added = added + ?, duplicates = duplicates + ?, "
-                "not_found = not_found + ?, rejected = rejected + ? WHERE list_id = ? AND run_id = ?",
+                f"UPDATE {names.runs} SET add_done = {mark}, added = added + {mark}, "
+                f"duplicates = duplicates + {mark}, not_found = not_found + {mark}, "
+                f"rejected = rejected + {mark} WHERE list_id = {mark} AND run_id = {mark}",
                 [
                     last,
                     sum(b.sent.result.applied for b in answered),
@@ -231,24 +234,27 @@ class Recorder:
 
         Asked once before a run sends: its sending only ever removes such rejects.
         """
+        mark = self.db.marker
         rejects = self.db.names(self.tables).rejects
         found = self.db.value(
-            f"SELECT 1 FROM {rejects} WHERE list_id = ? AND action = ? AND run_id <> ? LIMIT 1",
+            f"SELECT 1 FROM {rejects} WHERE list_id = {mark} AND action = {mark} "
+            f"AND run_id <> {mark} LIMIT 1",
             [self.list_id, NOT_FOUND_ACTION, run_id],
         )
         return found is not None
 
     def _forget_refused_members(self, run_id: str, start: int, end: int) -> None:
         """Drop members the service just refused or did not find: a full resync rebuilds from answers."""
+        mark = self.db.marker
         names = self.db.names(self.tables)
         members = names.members
         self.db.execute(
             self.db.dialect.delete_matching_sql(
                 members,
-                f"{members}.list_id = ?",
+                f"{members}.list_id = {mark}",
                 f"{names.plan} p",
-                f"p.list_id = {members}.list_id AND p.run_id = ? AND p.action = 'add' "
-                f"AND p.seq BETWEEN ? AND ? AND p.account_id = {members}.account_id "
+                f"p.list_id = {members}.list_id AND p.run_id = {mark} AND p.action = 'add' "
+                f"AND p.seq BETWEEN {mark} AND {mark} AND p.account_id = {members}.account_id "
                 f"AND p.crm_org_id = {members}.crm_org_id AND EXISTS (SELECT 1 FROM {names.rejects} r "
                 "WHERE r.list_id = p.list_id AND r.run_id = p.run_id AND r.row_hash = p.row_hash)",
             ),
@@ -262,6 +268,7 @@ class Recorder:
         the list (logged ``duplicate``: the list already was as asked). One refused with ``400`` stays
         a member, and the next run plans its removal again.
         """
+        mark = self.db.marker
         names = self.db.names(self.tables)
         members = names.members
         now = utc_now()
@@ -281,10 +288,10 @@ class Recorder:
             self.db.execute(
                 self.db.dialect.delete_matching_sql(
                     members,
-                    f"{members}.list_id = ?",
+                    f"{members}.list_id = {mark}",
                     f"{names.plan} p",
-                    f"p.list_id = {members}.list_id AND p.run_id = ? AND p.action = 'remove' "
-                    f"AND p.seq BETWEEN ? AND ? AND p.account_id = {members}.account_id "
+                    f"p.list_id = {members}.list_id AND p.run_id = {mark} AND p.action = 'remove' "
+                    f"AND p.seq BETWEEN {mark} AND {mark} AND p.account_id = {members}.account_id "
                     f"AND p.crm_org_id = {members}.crm_org_id{_other_than(kept)}",
                 ),
                 [self.list_id, run_id, first, last],
@@ -295,8 +302,9 @@ class Recorder:
             self._log_rows(log)
             self._drop_recorded(run_id, "remove", first, last)
             self.db.execute(
-                f"UPDATE {names.runs} SET remove_done = ?, removed = removed + ?, rejected = rejected + ? "
-                "WHERE list_id = ? AND run_id = ?",
+                f"UPDATE {names.runs} SET remove_done = {mark}, removed = removed + {mark}, "
+                f"rejected = rejected + {mark} "
+                f"WHERE list_id = {mark} AND run_id = {mark}",
                 [last, sum(b.sent.result.applied for b in answered), len(kept), self.list_id, run_id],
             )
 
@@ -316,19 +324,21 @@ class Recorder:
         Most rows of a batch share their outcome; writing them from the plan table keeps a thousand
         rows a batch from travelling back to the database. ``except_these`` leaves out the others.
         """
+        mark = self.db.marker
         names = self.db.names(self.tables)
         self.db.execute(
             f"INSERT INTO {names.log} ({', '.join(c for c in LOG_COLUMNS if c != 'record')}) SELECT "
             f"p.list_id, p.run_id, p.action, {self.db.dialect.text_param()}, p.account_id, p.crm_org_id, "
-            f"{self.db.dialect.text_param()}, ? FROM {names.plan} p WHERE p.list_id = ? AND p.run_id = ? "
-            f"AND p.action = ? AND p.seq BETWEEN ? AND ?{except_these}",
+            f"{self.db.dialect.text_param()}, {mark} FROM {names.plan} p WHERE p.list_id = {mark} "
+            f"AND p.run_id = {mark} "
+            f"AND p.action = {mark} AND p.seq BETWEEN {mark} AND {mark}{except_these}",
             [outcome, reason, now, self.list_id, run_id, action, start, end],
         )
 
     def _log_rows(self, log: list[tuple[Any, ...]]) -> None:
         """Log the few rows whose outcome differs from their batch's."""
         names = self.db.names(self.tables)
-        marks = ", ".join("?" for _ in LOG_COLUMNS)
+        marks = self.db.marks(len(LOG_COLUMNS))
         self.db.executemany(f"INSERT INTO {names.log} ({', '.join(LOG_COLUMNS)}) VALUES ({marks})", log)
 
     def _drop_recorded(self, run_id: str, action: str, first: int, last: int) -> None:
@@ -338,9 +348,11 @@ class Recorder:
         first run's million plan rows then go while the service is answering the next group, not
         after the last one.
         """
+        mark = self.db.marker
         plan = self.db.names(self.tables).plan
         self.db.execute(
-            f"DELETE FROM {plan} WHERE list_id = ? AND run_id = ? AND action = ? AND seq BETWEEN ? AND ?",
+            f"DELETE FROM {plan} WHERE list_id = {mark} AND run_id = {mark} AND action = {mark} "
+            f"AND seq BETWEEN {mark} AND {mark}",
             [self.list_id, run_id, action, first, last],
         )
 
@@ -355,10 +367,12 @@ class Recorder:
 
     def record_done(self, run_id: str) -> None:
         """Mark the run done: its plan was sent and recorded whole (and dropped group by group)."""
+        mark = self.db.marker
         names = self.db.names(self.tables)
         with self.db.transaction():
             self.db.execute(
-                f"UPDATE {names.runs} SET status = ?, finished_at = ? WHERE list_id = ? AND run_id = ?",
+                f"UPDATE {names.runs} SET status = {mark}, finished_at = {mark} WHERE list_id = {mark} "
+                f"AND run_id = {mark}",
                 [DONE, utc_now(), self.list_id, run_id],
             )
 
@@ -369,19 +383,20 @@ class Recorder:
         in, through the log's run index: a list whose runs are all recent costs one lookup in the runs
         table, not a scan of its log.
         """
+        mark = self.db.marker
         names = self.db.names(self.tables)
         runs = [
             str(r[0])
             for r in self.db.rows(
-                f"SELECT run_id FROM {names.runs} WHERE list_id = ? AND started_at < ?",
+                f"SELECT run_id FROM {names.runs} WHERE list_id = {mark} AND started_at < {mark}",
                 [self.list_id, before],
             )
         ]
         if not runs:
             return 0
         old_rows = (
-            f"FROM {names.log} WHERE list_id = ? AND logged_at < ? "
-            f"AND run_id IN ({', '.join('?' for _ in runs)})"
+            f"FROM {names.log} WHERE list_id = {mark} AND logged_at < {mark} "
+            f"AND run_id IN ({self.db.marks(len(runs))})"
         )
         params = [self.list_id, before, *runs]
         with self.db.transaction():

@@ -47,10 +47,11 @@ class PlannedRun:
 
 def unfinished_runs(db: StateDatabase, tables: StateTables, list_id: str) -> list[PlannedRun]:
     """The list's runs whose plan is written and not yet sent whole, oldest first."""
+    mark = db.marker
     names = db.names(tables)
     rows = db.rows(
         f"SELECT run_id, to_add, to_remove, add_done, remove_done FROM {names.runs} "
-        "WHERE list_id = ? AND status = ? ORDER BY started_at, run_id",
+        f"WHERE list_id = {mark} AND status = {mark} ORDER BY started_at, run_id",
         [list_id, SENDING],
     )
     return [PlannedRun(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
@@ -95,6 +96,7 @@ class Sender:
 
         Read when the sender is ready for them, so no more than a group's rows are held at once.
         """
+        mark = self.db.marker
         names = self.db.names(self.tables)
         size = self.options.batch_size
         chunk = size * self._group
@@ -102,8 +104,8 @@ class Sender:
             last = min(first + chunk - 1, total)
             rows = self.db.rows(
                 "SELECT account_id, crm_org_id, crm_type, account_name, row_hash "
-                f"FROM {names.plan} WHERE list_id = ? AND run_id = ? AND action = ? "
-                "AND seq BETWEEN ? AND ? ORDER BY seq",
+                f"FROM {names.plan} WHERE list_id = {mark} AND run_id = {mark} AND action = {mark} "
+                f"AND seq BETWEEN {mark} AND {mark} ORDER BY seq",
                 [self.options.list_id, run.run_id, action, first, last],
             )
             for start in range(first, last + 1, size):

@@ -28,9 +28,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from abm_provider.accounts.sources import SqlSource
+from abm_provider.accounts.sources import SqlSource, WarehouseQuery
 from abm_provider.accounts.validation import SourceRow
 from abm_provider.common.rejects import raw_json
+from abm_provider.common.sql import one_statement
 
 if TYPE_CHECKING:
     from abm_provider.accounts.sources import AccountSource
@@ -54,8 +55,8 @@ STAGE_COLUMNS = (
 )
 #: The rules in SQL: an id of printable ASCII without space (nothing to trim, nothing forbidden); a
 #: name or org that starts and ends with one and holds no control character (tab, newline and carriage
-#: return allowed, as the validator allows them), or is empty. No ``?`` in them: SQL text here takes
-#: ``?`` for the bind marker.
+#: return allowed, as the validator allows them), or is empty. No ``%`` in them: they stand in
+#: statements with bound parameters, where a format-style driver reads ``%`` as a marker.
 _PLAIN_ID = "[!-~]+"
 _PLAIN_TEXT = "([!-~]([^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f]*[!-~]){0,1}){0,1}"
 #: The numbered copy of a SQL source: this column's record number, then the source's columns.
@@ -184,13 +185,12 @@ class Stager:
         """
         query = self._warehouse_query(source)
         if query is not None:
-            is_table = isinstance(source, SqlSource) and source.table is not None
-            staged = self._stage_in_warehouse(query, source.description, stage, members, is_table=is_table)
+            staged = self._stage_in_warehouse(query, source.description, stage, members)
             if staged is not None:
                 return staged
         return Staged(self._stage_in_python(source, stage))
 
-    def _warehouse_query(self, source: AccountSource) -> str | None:
+    def _warehouse_query(self, source: AccountSource) -> WarehouseQuery | None:
         """The source as SQL the state connection runs itself, or ``None``."""
         if not isinstance(source, SqlSource) or not self.db.dialect.has_rules_in_sql:
             return None
@@ -227,28 +227,29 @@ class Stager:
     # ---- in the warehouse --------------------------------------------------------------------------
 
     def _stage_in_warehouse(
-        self, query: str, description: str, stage: str, members: str | None, *, is_table: bool = False
+        self, query: WarehouseQuery, description: str, stage: str, members: str | None
     ) -> Staged | None:
         """Stage a query on the state connection in SQL; ``None`` (stage in Python) when it cannot."""
-        shape = self._shape(query, description)
-        if shape is None:
-            return None
         db = self.db
         started = time.monotonic()
-        numbering = f"SELECT ROW_NUMBER() OVER () AS {_RECORD}, q.* FROM (\n{query}\n) q"
-        numbered: str | None = None
-        if members is None or not is_table:
-            # Numbered once into a table: every later step reads the same rows by the same numbers.
-            numbered = f"abm_sync_numbered_{uuid.uuid4().hex[:12]}"
-            db.execute(f"CREATE TEMPORARY TABLE {numbered} AS {numbering}")
+        if not db.dialect.full_outer_join:
+            members = None  # staged whole: the plan compares it with the members
+        # A table compared with the members is read twice rather than copied whole: counted, then
+        # numbered inside the comparison, which keeps only the rows that differ. Anything else (the
+        # user's own query above all) is run once, as written, into a numbered table that every later
+        # step reads, so no statement of the sync holds the user's text.
+        inline = members is not None and query.is_table and db.dialect.embeddable(query.text)
+        numbered = None if inline else self._number(query)
+        if numbered is None and not inline:
+            return None
         try:
-            if numbered is not None:
-                count = int(db.value(f"SELECT COUNT(*) FROM {numbered}") or 0)
-            else:
-                # A table compared with the members is read twice rather than copied whole: counted,
-                # then numbered inside the comparison, which keeps only the rows that differ.
-                count = int(db.value(f"SELECT COUNT(*) FROM (\n{query}\n) q") or 0)
-            rows, members_left, considered = numbered or f"({numbering})", None, count
+            rows = numbered or f"({db.dialect.numbered_sql(query.text, _RECORD)})"
+            shape = self._shape(rows, description)
+            if shape is None:
+                return None
+            counted = numbered or f"(\n{query.text}\n)"  # a table is counted without numbering it
+            count = int(db.value(f"SELECT COUNT(*) FROM {counted} n") or 0)
+            members_left, considered = None, count
             if members is not None:
                 members_left = self._differ(rows, difference_table(stage), members, shape)
                 rows = difference_table(stage)
@@ -275,21 +276,55 @@ class Stager:
                 db.execute(f"DROP TABLE IF EXISTS {numbered}")
         return Staged(count, members_left)
 
-    def _shape(self, query: str, description: str) -> _Shape | None:
-        """The query's columns as the rules in SQL read them; ``None`` when they cannot be read so."""
-        db, validator, dialect = self.db, self.validator, self.db.dialect
-        db.execute(f"SELECT * FROM (\n{query}\n) q WHERE 1 = 0")
-        described = {str(d[0]): str(d[1]) for d in db.cur.description}
+    def _number(self, query: WarehouseQuery) -> str | None:
+        """Run the source query once into a numbered temporary table: its name, or ``None`` when the
+        warehouse cannot run it so (the source is then read through its own connection).
+
+        The query reaches the driver as the user wrote it, with the user's parameters as given, in the
+        driver's own style; only its terminator is left out, which a subquery cannot hold.
+        """
+        statement = query.text if query.is_table else one_statement(query.text)
+        if statement is None:
+            self.log.info("Planning in Python: the source query is not one SQL statement")
+            return None
+        numbered = f"abm_sync_numbered_{uuid.uuid4().hex[:12]}"
+        try:
+            with self.db.transaction():
+                self.db.run_query(
+                    self.db.dialect.numbered_copy_sql(numbered, statement, _RECORD), query.parameters
+                )
+        except Exception as err:
+            # Whatever the database makes of the query in a copy (a statement that is not a SELECT,
+            # a column name repeated, a syntax of the driver's own), it still runs as written.
+            first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            self.log.info(
+                "Planning in Python: the warehouse could not copy the source query's rows (%s)",
+                first_line,
+            )
+            return None
+        return numbered
+
+    def _shape(self, rows: str, description: str) -> _Shape | None:
+        """The source's columns as the rules in SQL read them; ``None`` when they cannot be read so.
+
+        ``rows`` is the numbered source (a table, or a query in parentheses): its first column is the
+        record number.
+        """
+        validator, dialect = self.validator, self.db.dialect
+        pairs = dialect.described_columns(self.db.cur, rows)[1:]
+        described = dict(pairs)
         columns = list(described)
         validator.check_columns(columns, description)
-        if described[validator.id_column] not in dialect.text_type_codes:
+        if not described[validator.id_column]:
             self.log.info("Planning in Python: the id column %r is not a text column", validator.id_column)
             return None
         reserved = _RECORD in described or any(c.startswith(_MEMBER) for c in columns)
-        awkward = len(db.cur.description) != len(described) or reserved
-        if awkward or any('"' in c or "`" in c for c in columns):
+        awkward = len(pairs) != len(described) or reserved
+        if awkward or any('"' in c or "`" in c or not dialect.embeddable(c) for c in columns):
             self.log.info(
-                "Planning in Python: source columns repeat a name, hold a quote or are named %r or %r...",
+                "Planning in Python: source columns repeat a name, hold a quote or a %r, or are named "
+                "%r or %r...",
+                "%",
                 _RECORD,
                 _MEMBER,
             )
@@ -300,7 +335,7 @@ class Stager:
             for field, column in validator.column_map.items()
             if (field == "id" or field in validator.fields) and column in described
         }
-        text = {f for f in fields if described[validator.column_map[f]] in dialect.text_type_codes}
+        text = {f for f in fields if described[validator.column_map[f]]}
         return _Shape(columns, fields, text)
 
     def _differ(self, numbered: str, diff: str, members: str, shape: _Shape) -> str:
@@ -311,6 +346,7 @@ class Stager:
         One full outer join: a row is equal to a member when its values, as the SQL rules would stage
         them, are the member's recorded ones. Returns the relation of the members left over.
         """
+        mark = self.db.marker
         db = self.db
         member_columns = ", ".join(f"m.{c} AS {_MEMBER}{c}" for c in _MEMBER_COLUMNS)
         db.execute(
@@ -329,7 +365,7 @@ class Stager:
         )
         db.execute(
             f"INSERT INTO {diff} SELECT n.*, {member_columns} FROM {numbered} n FULL OUTER JOIN "
-            f"(SELECT * FROM {members} WHERE list_id = ?) m ON {equal} "
+            f"(SELECT * FROM {members} WHERE list_id = {mark}) m ON {equal} "
             f"WHERE n.{_RECORD} IS NULL OR m.account_id IS NULL",
             [self.options.list_id, *params],
         )
@@ -359,10 +395,11 @@ class Stager:
                 checks.append(f"({column} IS NULL OR ({plain}))" if field in text else f"{column} IS NULL")
         if "crmType" in fields:
             column = fields["crmType"]
+            exact = self.db.dialect.exact_sql(column)  # "salesforce" is not a known type
             known = sorted(self.validator.crm_types)
-            listed = f"{column} IN ({', '.join('?' for _ in known)})" if known else "1 = 0"
+            listed = f"{exact} IN ({self.db.marks(len(known))})" if known else "1 = 0"
             if "crmType" in text:
-                checks.append(f"({column} IS NULL OR {column} = '' OR {listed})")
+                checks.append(f"({column} IS NULL OR {exact} = '' OR {listed})")
                 params.extend(known)
             else:
                 checks.append(f"{column} IS NULL")
@@ -371,7 +408,7 @@ class Stager:
     def _staged_values(self, fields: Mapping[str, str], text: set[str]) -> tuple[list[str], list[Any]]:
         """SQL for the id, org, type and name a plain row is staged with, as the validator makes them."""
         validator, dialect = self.validator, self.db.dialect
-        nothing = "CAST(NULL AS TEXT)"
+        nothing = dialect.cast_sql("NULL", "TEXT")
 
         def given(field: str) -> str:
             return f"NULLIF({fields[field]}, '')" if field in text else nothing
@@ -388,10 +425,11 @@ class Stager:
     def _values_sql(self, fields: Mapping[str, str], text: set[str]) -> tuple[str, list[Any]]:
         """The stage columns of a plain numbered row, as the validator would make them."""
         (account_id, org, crm_type, name), params = self._staged_values(fields, text)
-        nothing = "CAST(NULL AS TEXT)"
+        cast = self.db.dialect.cast_sql
+        nothing = cast("NULL", "TEXT")
         # No hash: the plan computes it for the few rows that need one (those not yet on the list).
         values = (
-            f"{_RECORD}, CAST(NULL AS BIGINT), {account_id}, {org}, {crm_type}, {name}, {nothing}, "
+            f"{_RECORD}, {cast('NULL', 'BIGINT')}, {account_id}, {org}, {crm_type}, {name}, {nothing}, "
             f"{nothing}, {nothing}"
         )
         return values, params
@@ -403,11 +441,12 @@ class Stager:
 
         Pages by record number, so the one cursor can stage each page before the next is read.
         """
+        mark = self.db.marker
         selected = ", ".join(self.db.dialect.quote(c) for c in columns)
         after, page = 0, self.options.stage_rows
         while True:
             rows = self.db.rows(
-                f"SELECT {_RECORD}, {selected} FROM {numbered} WHERE {_RECORD} > ? "
+                f"SELECT {_RECORD}, {selected} FROM {numbered} WHERE {_RECORD} > {mark} "
                 f"AND NOT ({plain}) ORDER BY {_RECORD} LIMIT {page}",
                 [after, *plain_params],
             )

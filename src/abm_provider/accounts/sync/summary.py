@@ -45,11 +45,12 @@ def read_summary(
     that stopped the run), else ``None``: what an approval step reads. Both it and ``state_count``
     count the list's members, which ``count_members=False`` leaves out (for the plan's log line).
     """
+    mark = db.marker
 
     names = db.names(tables)
     row = db.rows(
         f"SELECT {', '.join(_COUNTS)}, status, held, source_rows FROM {names.runs} "
-        "WHERE list_id = ? AND run_id = ?",
+        f"WHERE list_id = {mark} AND run_id = {mark}",
         [options.list_id, options.run_id],
     )
     *counts, status, held, source_rows = row[0]
@@ -72,8 +73,9 @@ def read_summary(
 
 def member_count(db: StateDatabase, tables: StateTables, list_id: str) -> int:
     """How many accounts the list holds by our record."""
+    mark = db.marker
     names = db.names(tables)
-    return int(db.value(f"SELECT COUNT(*) FROM {names.members} WHERE list_id = ?", [list_id]) or 0)
+    return int(db.value(f"SELECT COUNT(*) FROM {names.members} WHERE list_id = {mark}", [list_id]) or 0)
 
 
 def check_drift(hook: AbmHook, summary: dict[str, Any], list_id: str, log: logging.Logger | Any) -> None:

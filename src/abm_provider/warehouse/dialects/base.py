@@ -175,16 +175,36 @@ class Dialect(ABC):
         """
         return ""
 
+    def embeddable(self, text: str) -> bool:
+        """Whether ``text`` (a name, a query) can be written into a statement that binds parameters.
+
+        A format-style driver (``%s``: psycopg, mysqlclient) reads every ``%`` of such a statement as
+        a marker, whatever quotes or comments it is in; drivers with other markers parse the SQL.
+        """
+        return not self.placeholder.startswith("%") or "%" not in text
+
     def param(self, sql_type: str) -> str:
         """A parameter marker typed as ``sql_type`` (some servers cannot infer a bare marker's type)."""
         return f"CAST({self.placeholder} AS {sql_type})"
+
+    def cast_sql(self, expression: str, sql_type: str) -> str:
+        """``expression`` as a value of the standard type ``sql_type`` (``TEXT``, ``BIGINT``), in an
+        expression rather than a column (some databases spell a cast's target otherwise)."""
+        return f"CAST({expression} AS {sql_type})"
 
     def text_param(self) -> str:
         """A parameter marker typed as text, for NULL-safe comparisons of a bound value.
 
         Typed even where ``param`` is bare: a server that binds on its side cannot type ``? IS NULL``.
         """
-        return f"CAST({self.placeholder} AS TEXT)"
+        return self.cast_sql(self.placeholder, "TEXT")
+
+    def exact_sql(self, expression: str) -> str:
+        """``expression`` compared exactly, character for character, whatever its column's collation.
+
+        The text itself here: these databases compare text exactly unless told otherwise.
+        """
+        return expression
 
     def adapt(self, conn: Any, value: Any) -> Any:
         """Turn a Python value into one the driver binds."""
@@ -279,6 +299,24 @@ class Dialect(ABC):
     #: ``str()`` of the DB-API type codes of text columns, whose values reach Python as ``str``. Empty:
     #: the list sync validates every source row in Python on this database.
     text_type_codes: ClassVar[frozenset[str]] = frozenset()
+    #: Whether ``FULL OUTER JOIN`` is understood: the list sync compares a source with the list's
+    #: members in one pass where it is, and stages the whole source where it is not.
+    full_outer_join: ClassVar[bool] = True
+
+    def numbered_sql(self, query: str, record: str) -> str:
+        """The rows of ``query`` (one SELECT statement), numbered from 1 in the order the query gives
+        them, in the column ``record``, first."""
+        return f"SELECT ROW_NUMBER() OVER () AS {record}, q.* FROM (\n{query}\n) q"
+
+    def numbered_copy_sql(self, table: str, query: str, record: str) -> str:
+        """Create the temporary ``table`` of :meth:`numbered_sql`'s rows; ``query`` is as a user wrote it."""
+        return f"CREATE TEMPORARY TABLE {table} AS {self.numbered_sql(query, record)}"
+
+    def described_columns(self, cur: Any, relation: str) -> list[tuple[str, bool]]:
+        """The columns of ``relation`` (a table, or a query in parentheses) in order, each with whether
+        its values reach Python as text (:attr:`text_type_codes`)."""
+        cur.execute(f"SELECT * FROM {relation} n WHERE 1 = 0")
+        return [(str(d[0]), str(d[1]) in self.text_type_codes) for d in cur.description]
 
     def matches_sql(self, column: str, pattern: str) -> str | None:
         """A condition true when ``column`` matches the regular expression ``pattern`` as a whole.

@@ -57,6 +57,10 @@ LOCK_WAIT_SECONDS = 7 * 24 * 3600
 _UNQUOTED_NULL = {b"NULL": "the word NULL"}
 #: Characters of a text key column the stage's index covers (an index cannot cover a whole TEXT).
 _KEY_PREFIX = 191
+#: How a cast spells the standard types the other dialects cast to.
+_CAST_TYPES = {"TEXT": "CHAR", "BIGINT": "SIGNED", "INTEGER": "SIGNED"}
+#: Column types (as SHOW COLUMNS spells them) whose values reach Python as text.
+_TEXT_TYPES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set")
 
 
 class MySQLDialect(GenericDialect):
@@ -91,8 +95,45 @@ class MySQLDialect(GenericDialect):
         # MySQL looks a correlated ``[NOT] EXISTS`` up row by row: without an index, a scan per row.
         return f", INDEX _abm_key ({', '.join(columns)})"
 
-    def text_param(self) -> str:
-        return f"CAST({self.placeholder} AS CHAR)"
+    def cast_sql(self, expression: str, sql_type: str) -> str:
+        # A cast's target is CHAR or SIGNED here, never TEXT or BIGINT.
+        return f"CAST({expression} AS {_CAST_TYPES.get(sql_type, sql_type)})"
+
+    def exact_sql(self, expression: str) -> str:
+        # The default collations compare without case and ignore trailing spaces (PAD SPACE): the
+        # bytes are compared instead.
+        return f"CAST({expression} AS BINARY)"
+
+    # ---- the list sync's rules in SQL ------------------------------------------------------------
+    # MySQL and MariaDB have no FULL OUTER JOIN, and a temporary table cannot be named twice in one
+    # statement: a source is staged whole, and the plan compares it with the members.
+    full_outer_join = False
+
+    def matches_sql(self, column: str, pattern: str) -> str:
+        # Character by character in a binary collation, which folds no case (MySQL 8 refuses a binary
+        # string in a regular expression). The pattern goes as a hex literal, which no sql_mode
+        # (NO_BACKSLASH_ESCAPES) reads differently.
+        anchored = f"^({pattern})$".encode("ascii").hex()
+        return (
+            f"CONVERT({column} USING utf8mb4) COLLATE utf8mb4_bin REGEXP CONVERT(X'{anchored}' USING utf8mb4)"
+        )
+
+    def numbered_copy_sql(self, table: str, query: str, record: str) -> str:
+        # A window over a derived table numbers in whatever order the window sorts by, and a derived
+        # table may drop its ORDER BY. The query itself fills the table instead, and the counter
+        # numbers its rows as they arrive, in the query's order.
+        return f"CREATE TEMPORARY TABLE {table} ({record} BIGINT AUTO_INCREMENT PRIMARY KEY) AS\n{query}"
+
+    def md5_sql(self, parts: Sequence[str]) -> str:
+        return f"MD5(CONCAT_WS(CHAR(31 USING utf8mb4), {', '.join(parts)}))"
+
+    def described_columns(self, cur: Any, relation: str) -> list[tuple[str, bool]]:
+        # The driver's type codes do not tell TEXT from BLOB, nor VARCHAR from VARBINARY: the server's
+        # own column types do (SHOW COLUMNS sees a session's temporary tables too).
+        if relation.startswith("("):
+            return [(name, False) for name, _ in super().described_columns(cur, relation)]
+        cur.execute(f"SHOW COLUMNS FROM {relation}")
+        return [(str(row[0]), str(row[1]).lower().startswith(_TEXT_TYPES)) for row in cur.fetchall()]
 
     def connect(self) -> Any:
         if hasattr(self.hook, "local_infile"):
