@@ -14,57 +14,10 @@ __version__ = "0.2.0"
 _INTEGRATION = "Account Based Marketing (ABM)"
 
 
-#: How the standard connection form fields are shown for an ``abm`` connection. Airflow 3.3 shows
-#: placeholders for the standard fields only; the extra fields show their defaults instead.
-_UI_FIELD_BEHAVIOUR: dict[str, Any] = {
-    "hidden-fields": ["schema", "login"],
-    "relabeling": {"host": "Base URL", "password": "API key"},
-    "placeholders": {
-        "host": "https://api.terminusplatform.com",
-        "password": "API key (sent as Authorization: Bearer <key>)",
-        "port": "the Base URL's (443 for https)",
-    },
-}
-
-#: Extra fields of an ``abm`` connection besides the request settings (``connection.Limits``).
-#: Every field has a type without "null" alternatives the form would offer as a value, and a default
-#: the form starts from (Airflow's form draws a field from the first non-null type of its schema).
-_CONN_FIELDS: dict[str, Any] = {
-    "auth_type": {
-        "label": "Auth type",
-        "description": "bearer: Authorization: Bearer <key>; basic: the key as the Basic user name.",
-        "schema": {"type": "string", "enum": ["bearer", "basic"], "default": "bearer"},
-    },
-    "verify": {
-        "label": "Verify TLS certificates",
-        "description": "Check the server's certificate (on by default). Turn off only for a test server.",
-        "schema": {"type": ["boolean", "null"], "default": True},
-    },
-    "ca_bundle": {
-        "label": "CA bundle path",
-        "description": "Path of a CA bundle file to trust instead of the system's, for a private CA.",
-        "schema": {"type": ["string", "null"]},
-    },
-}
-
-
-def _conn_fields() -> dict[str, Any]:
-    from abm_provider.hooks._settings import conn_fields
-
-    return {**_CONN_FIELDS, **conn_fields()}
-
-
-def ui_field_behaviour() -> dict[str, Any]:
-    """The connection form in the hook-method form (``hidden_fields``...), for ``get_ui_field_behaviour``.
-
-    Airflow 3.2+ reads the kebab-case metadata from :func:`get_provider_info` without importing the
-    hook; older versions call the hook method. Both come from the one definition above.
-    """
-    return {key.replace("-", "_"): value for key, value in _UI_FIELD_BEHAVIOUR.items()}
-
-
 def get_provider_info() -> dict[str, Any]:
     """Describe the provider to Airflow's providers manager (hooks, operators, connection form)."""
+    from abm_provider.hooks.connection_form import UI_FIELD_BEHAVIOUR, conn_fields
+
     return {
         "package-name": "airflow-provider-abm",
         "name": _INTEGRATION,
@@ -103,8 +56,8 @@ def get_provider_info() -> dict[str, Any]:
                 "hook-class-name": "abm_provider.hooks.abm.AbmHook",
                 "hook-name": "ABM (Account Lists and Exports API)",
                 "connection-type": "abm",
-                "ui-field-behaviour": _UI_FIELD_BEHAVIOUR,
-                "conn-fields": _conn_fields(),
+                "ui-field-behaviour": UI_FIELD_BEHAVIOUR,
+                "conn-fields": conn_fields(),
             }
         ],
     }

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from abm_provider.operators._base import AbmBaseOperator
 from abm_provider.operators.account_lists import (
     AccountListSyncOperator,
     AddAccountsToListOperator,
@@ -21,6 +20,7 @@ from abm_provider.operators.account_lists import (
     CreateAccountListOperator,
     RemoveAccountsFromListOperator,
 )
+from abm_provider.operators.base import AbmBaseOperator
 from abm_provider.operators.exports import CreateExportJobOperator, DownloadExecutionCsvOperator
 from abm_provider.sensors.exports import ExecutionCompleteSensor
 from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator

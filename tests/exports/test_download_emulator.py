@@ -22,8 +22,8 @@ import requests
 from airflow.sdk.exceptions import AirflowFailException
 from export_helpers import EXPORT_TYPE
 
+from abm_provider.common.urls import UnsafeUrlError
 from abm_provider.exceptions import AbmApiError
-from abm_provider.hooks._urls import UnsafeUrlError
 from abm_provider.operators.exports import CreateExportJobOperator, DownloadExecutionCsvOperator
 
 MiB = 1 << 20

@@ -13,6 +13,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException
 
 from abm_provider.common.paths import as_storage_path
+from abm_provider.common.urls import UnsafeUrlError, check_url, safe_url
 from abm_provider.exports.archive import (
     AtomicFile,
     HashingSink,
@@ -22,7 +23,6 @@ from abm_provider.exports.archive import (
     write_manifest,
 )
 from abm_provider.exports.parquet import CsvToParquet
-from abm_provider.hooks._urls import UnsafeUrlError, check_url, safe_url
 from abm_provider.hooks.results import DownloadResult
 from abm_provider.operators.exports import DownloadExecutionCsvOperator
 

@@ -12,7 +12,7 @@ import pytest
 
 from abm_provider.exceptions import AbmApiError
 from abm_provider.hooks._pipeline import Answer, Call, Pipeline
-from abm_provider.hooks._settings import AbmSettings
+from abm_provider.hooks.settings import AbmSettings
 from abm_provider.triggers.exports import ExecutionCompleteTrigger
 
 EXECUTIONS = "/exports/v1/exportJobs/X/executions"

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from abm_provider.exceptions import AbmApiError
-from abm_provider.hooks._endpoints import create_folder_call
 from abm_provider.hooks._pipeline import Attempts, Call, Reconcile
-from abm_provider.hooks._settings import Limits
 from abm_provider.hooks.abm import AbmAsyncHook, AbmHook
+from abm_provider.hooks.endpoints import create_folder_call
+from abm_provider.hooks.settings import Limits
 from support.emulator_log import seen
 
 FOLDERS = "/accountLists/v2/folders"

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 import pytest
 
 from abm_provider.exceptions import AbmApiError
-from abm_provider.hooks._endpoints import executions_call
 from abm_provider.hooks._paging import Pager
 from abm_provider.hooks._pipeline import Call, Pipeline
-from abm_provider.hooks._settings import AbmSettings
+from abm_provider.hooks.endpoints import executions_call
 from abm_provider.hooks.results import AccountsResult, batch_result
+from abm_provider.hooks.settings import AbmSettings
 
 
 def _acc(i: int, org: str | None = "00D1") -> dict[str, str]:

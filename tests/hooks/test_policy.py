@@ -1,6 +1,6 @@
 """The shared request policy without a server: settings, URL safety, error reading, retry rules.
 
-The rules live in :mod:`abm_provider.hooks._settings` (settings and bounds), :mod:`abm_provider.hooks._urls`
+The rules live in :mod:`abm_provider.hooks.settings` (settings and bounds), :mod:`abm_provider.common.urls`
 (URL rules and redaction) and :mod:`abm_provider.hooks._pipeline` (reading answers, retrying).
 """
 
@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 import tenacity
 
+from abm_provider.common.urls import encode_query, normalise_base_url, path_segment, safe_url
 from abm_provider.exceptions import AbmApiError
 from abm_provider.hooks import _pipeline as pipeline
 from abm_provider.hooks import _responses as bodies
 from abm_provider.hooks._pipeline import Answer, Call, Pipeline
-from abm_provider.hooks._settings import AbmSettings, Limits
-from abm_provider.hooks._urls import encode_query, normalise_base_url, path_segment, safe_url
+from abm_provider.hooks.settings import AbmSettings, Limits
 
 KEY = "sk-live-0123456789abcdef"
 

@@ -139,7 +139,7 @@ def test_providers_manager_builds_the_connection_form() -> None:
     assert manager.field_behaviours["abm"]["relabeling"] == {"host": "Base URL", "password": "API key"}
     assert "login" in manager.field_behaviours["abm"]["hidden_fields"]
     widgets = {k for k in manager.connection_form_widgets if k.startswith("extra__abm__")}
-    from abm_provider.hooks._settings import Limits
+    from abm_provider.hooks.settings import Limits
 
     assert widgets == {f"extra__abm__{f}" for f in (*Limits.names(), "verify", "ca_bundle", "auth_type")}
 

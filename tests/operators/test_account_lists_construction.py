@@ -7,7 +7,7 @@ import datetime
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from abm_provider.hooks._endpoints import folder_resource, list_resource
+from abm_provider.hooks.endpoints import folder_resource, list_resource
 from abm_provider.operators.account_lists import (
     AddAccountsToListOperator,
     CreateAccountListFolderOperator,

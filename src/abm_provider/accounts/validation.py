@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from abm_provider.hooks._endpoints import MAX_ACCOUNTS_PER_REQUEST as MAX_BATCH_SIZE
-from abm_provider.hooks._endpoints import check_batch_size
+from abm_provider.hooks.endpoints import MAX_ACCOUNTS_PER_REQUEST as MAX_BATCH_SIZE
+from abm_provider.hooks.endpoints import check_batch_size
 
 __all__ = ["MAX_BATCH_SIZE", "check_batch_size"]
 

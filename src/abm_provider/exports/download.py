@@ -22,6 +22,7 @@ from airflow.sdk import ObjectStoragePath
 
 from abm_provider.common.paths import as_storage_path, default_state_dir, is_local, local_path, safe_key
 from abm_provider.common.progress import ByteProgress
+from abm_provider.common.urls import UnsafeUrlError, check_url, safe_url
 from abm_provider.compat import AirflowException, AirflowFailException
 from abm_provider.exceptions import local_io
 from abm_provider.exports.archive import (
@@ -37,7 +38,6 @@ from abm_provider.exports.archive import (
     write_manifest,
 )
 from abm_provider.exports.parquet import CsvToParquet
-from abm_provider.hooks._urls import UnsafeUrlError, check_url, safe_url
 
 if TYPE_CHECKING:
     from abm_provider.hooks.abm import AbmHook

@@ -12,11 +12,11 @@ from typing import Any, Generic, TypeVar
 
 from airflow.sdk import BaseHook
 
+from abm_provider.common.urls import DEFAULT_BASE_URL, UnsafeUrlError
 from abm_provider.exceptions import AbmApiError
-from abm_provider.hooks._endpoints import executions_call, folders_call
 from abm_provider.hooks._pipeline import Call, Pipeline
-from abm_provider.hooks._settings import AbmSettings, Limits, renamed
-from abm_provider.hooks._urls import DEFAULT_BASE_URL, UnsafeUrlError
+from abm_provider.hooks.endpoints import executions_call, folders_call
+from abm_provider.hooks.settings import AbmSettings, Limits, renamed
 
 #: What a listing gives: an iterator of items for the sync hook, an async iterator for the async one.
 Pages = TypeVar("Pages")
@@ -27,7 +27,7 @@ class AbmHookBase(BaseHook, Generic[Pages]):
 
     :param abm_conn_id: connection of type ``abm``: host = base URL, password = API key.
     :param limits: request settings that win over the connection extra, by the names of
-        :class:`~abm_provider.hooks._settings.Limits` (``max_wait`` and ``timeout`` are the deprecated
+        :class:`~abm_provider.hooks.settings.Limits` (``max_wait`` and ``timeout`` are the deprecated
         names of ``retry_max_wait`` and ``request_timeout``); ``None`` means "as the connection says".
     """
 

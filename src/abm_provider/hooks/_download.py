@@ -20,10 +20,10 @@ from urllib.parse import urljoin, urlsplit
 import requests
 import tenacity
 
+from abm_provider.common.urls import UnsafeUrlError, check_url, safe_url, url_origin
 from abm_provider.exceptions import EXCERPT_CHARS, AbmApiError, UnexpectedBody
 from abm_provider.hooks._pipeline import USER_AGENT, Answer, Attempts, Call, ErrorBody, Pipeline, Prepared
 from abm_provider.hooks._transports import RequestsTransport
-from abm_provider.hooks._urls import UnsafeUrlError, check_url, safe_url, url_origin
 from abm_provider.hooks.results import DownloadResult
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})

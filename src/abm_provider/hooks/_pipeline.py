@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 import tenacity
 
+from abm_provider.common.urls import Redactor, encode_query
 from abm_provider.exceptions import AbmApiError
 from abm_provider.hooks._responses import (
     ErrorBody,
@@ -30,8 +31,7 @@ from abm_provider.hooks._responses import (
     parse_object,
     parse_retry_after,
 )
-from abm_provider.hooks._settings import AbmSettings, Limits
-from abm_provider.hooks._urls import Redactor, encode_query
+from abm_provider.hooks.settings import AbmSettings, Limits
 
 REQUEST_ID_HEADERS = ("x-request-id", "x-amz-request-id")
 USER_AGENT = "airflow-provider-abm"

@@ -33,10 +33,10 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
+from abm_provider.common.urls import Redactor, UnsafeUrlError, check_peer
 from abm_provider.exceptions import AbmApiError
 from abm_provider.hooks._pipeline import Answer, Prepared
-from abm_provider.hooks._settings import AbmSettings
-from abm_provider.hooks._urls import Redactor, UnsafeUrlError, check_peer
+from abm_provider.hooks.settings import AbmSettings
 
 #: Connections one shared aiohttp session keeps open at most (aiohttp's own default).
 CONNECTION_LIMIT = 100

@@ -19,11 +19,17 @@ from typing import Any, BinaryIO, Literal
 import requests
 import tenacity
 
+from abm_provider.common.urls import path_segment
 from abm_provider.exceptions import AbmApiError
 from abm_provider.hooks._async import AbmAsyncHook
 from abm_provider.hooks._base import AbmHookBase
 from abm_provider.hooks._download import Download
-from abm_provider.hooks._endpoints import (
+from abm_provider.hooks._paging import Pager
+from abm_provider.hooks._pipeline import Answer, Attempts, Call, ErrorBody, Pipeline
+from abm_provider.hooks._responses import clip
+from abm_provider.hooks._transports import RequestsTransport
+from abm_provider.hooks.connection_form import ui_field_behaviour
+from abm_provider.hooks.endpoints import (
     EXPORT_JOBS_PATH,
     FOLDERS_PATH,
     LISTS_PATH,
@@ -40,13 +46,8 @@ from abm_provider.hooks._endpoints import (
     list_resource,
     lists_call,
 )
-from abm_provider.hooks._paging import Pager
-from abm_provider.hooks._pipeline import Answer, Attempts, Call, ErrorBody, Pipeline
-from abm_provider.hooks._responses import clip
-from abm_provider.hooks._settings import AbmSettings, connection_name, is_test_copy
-from abm_provider.hooks._transports import RequestsTransport
-from abm_provider.hooks._urls import path_segment
 from abm_provider.hooks.results import AccountsResult, BatchResult, DownloadResult, batch_result
+from abm_provider.hooks.settings import AbmSettings, connection_name, is_test_copy
 
 __all__ = ["MAX_ACCOUNTS_PER_REQUEST", "AbmAsyncHook", "AbmHook"]
 
@@ -86,8 +87,6 @@ class AbmHook(AbmHookBase[Iterator[dict[str, Any]]]):
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
         """Connection form for Airflow versions that read it from the hook (3.3 reads provider info)."""
-        from abm_provider import ui_field_behaviour
-
         return ui_field_behaviour()
 
     # -- connection and pipeline ------------------------------------------------------------------

@@ -30,7 +30,7 @@ from abm_provider.common.paths import as_storage_path
 from abm_provider.common.rejects import Limit, check_limit, task_rejects_location
 from abm_provider.compat import AirflowFailException
 from abm_provider.exceptions import AbmApiError
-from abm_provider.operators._base import (
+from abm_provider.operators.base import (
     AbmBaseOperator,
     AccountSourceOperator,
     check_account_arguments,

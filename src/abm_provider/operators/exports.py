@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.sdk import ObjectStoragePath
 
+from abm_provider.common.urls import check_url
 from abm_provider.compat import AirflowFailException
 from abm_provider.exports.download import (
     DownloadIfExists,
@@ -27,8 +28,7 @@ from abm_provider.exports.download import (
     execution_inputs,
 )
 from abm_provider.exports.schedule import InvalidScheduleError, validate_schedule
-from abm_provider.hooks._urls import check_url
-from abm_provider.operators._base import (
+from abm_provider.operators.base import (
     AbmBaseOperator,
     check_choice,
     check_id,

@@ -31,7 +31,7 @@ from abm_provider.common.lineage import openlineage, table_input
 from abm_provider.common.rejects import check_limit
 from abm_provider.common.sql import sql_hook
 from abm_provider.compat import AirflowFailException
-from abm_provider.operators._base import (
+from abm_provider.operators.base import (
     AccountSourceOperator,
     check_account_arguments,
     check_choice,

@@ -24,7 +24,7 @@ from abm_provider.compat import (
 )
 from abm_provider.exceptions import AbmApiError
 from abm_provider.exports.selection import Verdict, is_retryable, parse_timestamp, select_execution
-from abm_provider.operators._base import AbmHookSettings
+from abm_provider.operators.base import AbmHookSettings
 from abm_provider.triggers.exports import ExecutionCompleteTrigger
 
 if TYPE_CHECKING:

@@ -22,13 +22,13 @@ from abm_provider.common.lineage import LoadLineage
 from abm_provider.common.paths import as_storage_path, is_local, local_path
 from abm_provider.common.rejects import Limit, check_limit, default_rejects_path, task_rejects_location
 from abm_provider.common.sql import sql_hook
+from abm_provider.common.urls import safe_url
 from abm_provider.compat import AirflowFailException
 from abm_provider.exports.archive import file_sha256
 from abm_provider.exports.download import DownloadOptions, ExecutionDownload, display, execution_inputs
 from abm_provider.exports.selection import COMPLETE_STATE
 from abm_provider.exports.stream import ExportStream
-from abm_provider.hooks._urls import safe_url
-from abm_provider.operators._base import is_deferred
+from abm_provider.operators.base import is_deferred
 from abm_provider.transfers.sources import UNLOADED, execution_of, local_copy, naive_utc, source_meta
 from abm_provider.warehouse import LoadRequest, Method, SchemaMismatch, WarehouseLoader, loader_for
 from abm_provider.warehouse.ledger import DEFAULT_LEDGER_TABLE

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
-from abm_provider.hooks._settings import TASK_SETTINGS, TaskSettings
+from abm_provider.hooks.settings import TASK_SETTINGS, TaskSettings
 
 if TYPE_CHECKING:
     from abm_provider.hooks.abm import AbmAsyncHook

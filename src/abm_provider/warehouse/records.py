@@ -18,8 +18,8 @@ from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
 
+from abm_provider.common.urls import Redactor
 from abm_provider.exceptions import EXCERPT_CHARS, NotAnExport
-from abm_provider.hooks._urls import Redactor
 from abm_provider.warehouse.schema import IDENTIFIER
 
 _BOM = "\ufeff"

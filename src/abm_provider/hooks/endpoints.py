@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
+from abm_provider.common.urls import path_segment
 from abm_provider.hooks._pipeline import Call, Reconcile, api_path
-from abm_provider.hooks._urls import path_segment
 
 __all__ = ["MAX_ACCOUNTS_PER_REQUEST", "check_batch_size"]
 

@@ -18,7 +18,7 @@ from airflow.sdk import BaseOperator
 from abm_provider.accounts.validation import KNOWN_CRM_TYPES, check_batch_size, normalise_column_map
 from abm_provider.common.concurrency import check_in_flight
 from abm_provider.compat import AirflowFailException
-from abm_provider.hooks._settings import TaskSettings
+from abm_provider.hooks.settings import TaskSettings
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -33,7 +33,7 @@ def check_id(value: Any, name: str) -> None:
     hook refuses it too, but only when the first request is built, as a plain ``ValueError`` that
     Airflow retries in vain. Checking here fails the DAG at parse time, or the task without retries.
     """
-    from abm_provider.hooks._urls import path_segment
+    from abm_provider.common.urls import path_segment
 
     path_segment(value, name)
 

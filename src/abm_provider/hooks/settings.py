@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
-from abm_provider.hooks._urls import DEFAULT_BASE_URL, Redactor, normalise_base_url, url_origin
+from abm_provider.common.urls import DEFAULT_BASE_URL, Redactor, normalise_base_url, url_origin
 
 AuthType = Literal["bearer", "basic"]
 #: Names an earlier release used for a setting, accepted for one release with a DeprecationWarning.
@@ -106,7 +106,7 @@ class Limits:
         return cls(**values)
 
 
-def conn_fields() -> dict[str, Any]:
+def limit_fields() -> dict[str, Any]:
     """The connection form's fields for the request settings, from the one table above."""
     form: dict[str, Any] = {}
     for spec in fields(Limits):
