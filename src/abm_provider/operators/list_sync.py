@@ -27,7 +27,6 @@ from abm_provider.accounts.sync.options import (
 from abm_provider.accounts.sync.state import DEFAULT_PREFIX, StateTables
 from abm_provider.accounts.validation import MAX_BATCH_SIZE, AccountValidator
 from abm_provider.assets import warehouse_asset
-from abm_provider.common.lineage import openlineage, table_input
 from abm_provider.common.rejects import check_limit
 from abm_provider.common.sql import sql_hook
 from abm_provider.compat import AirflowFailException
@@ -39,6 +38,7 @@ from abm_provider.operators.base import (
     check_known,
     is_deferred,
 )
+from abm_provider.warehouse.lineage import openlineage, table_input
 from abm_provider.warehouse.schema import TableName
 
 if TYPE_CHECKING:

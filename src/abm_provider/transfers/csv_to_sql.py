@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, cast
 from airflow.sdk import Asset, BaseOperator, ObjectStoragePath
 
 from abm_provider.assets import warehouse_asset
-from abm_provider.common.lineage import LoadLineage
 from abm_provider.common.paths import as_storage_path, is_local, local_path
 from abm_provider.common.rejects import Limit, check_limit, default_rejects_path, task_rejects_location
 from abm_provider.common.sql import sql_hook
@@ -32,6 +31,7 @@ from abm_provider.operators.base import is_deferred
 from abm_provider.transfers.sources import UNLOADED, execution_of, local_copy, naive_utc, source_meta
 from abm_provider.warehouse import LoadRequest, Method, SchemaMismatch, WarehouseLoader, loader_for
 from abm_provider.warehouse.ledger import DEFAULT_LEDGER_TABLE
+from abm_provider.warehouse.lineage import LoadLineage
 from abm_provider.warehouse.records import UnreadableFile, read_header
 from abm_provider.warehouse.schema import TableName, check_identifier, export_schema
 

@@ -3,8 +3,9 @@
 Before a byte is loaded, :func:`plan_columns` compares the header with the table (or the export
 type's schema when there is no table yet): a missing or unknown column fails naming it, unless
 ``on_schema_change="add_columns"`` adds the unknown ones. Once staged, the rows with a ``_reason``
-and all but the last row of any natural key the file repeats are rejected (:func:`value_rejects`,
-:func:`duplicate_rejects`); :func:`report_rejects` resolves their record numbers to file lines with
+and all but the last row of any natural key the file repeats are rejected
+(:func:`~abm_provider.warehouse.sql.value_rejects`, :func:`~abm_provider.warehouse.sql.duplicate_rejects`);
+:func:`report_rejects` resolves their record numbers to file lines with
 one Python pass (only when there are rejects), writes the rejects file, and stops past
 ``max_rejected``.
 """
@@ -14,15 +15,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from abm_provider.common.rejects import RejectsWriter, check_rejects, describe_reject
 from abm_provider.warehouse.records import locate
 from abm_provider.warehouse.schema import LINEAGE_COLUMNS, Kind, check_identifier
-from abm_provider.warehouse.sql import STAGE_TABLE
 
 if TYPE_CHECKING:
-    from abm_provider.warehouse.dialects.base import Dialect, Staged
     from abm_provider.warehouse.load import LoadRequest
 
 
@@ -74,41 +73,6 @@ def plan_columns(request: LoadRequest, header: Sequence[str], existing: Sequence
     plan_kinds = {name: kinds.get(name, Kind.TEXT) for name in header}
     to_add = unknown if existing is not None else ()
     return ColumnPlan(tuple(header), plan_kinds, to_add, existing is not None)
-
-
-def value_rejects(cur: Any, staged: Staged) -> dict[int, str]:
-    """The staged rows a column rule rejected, by record number, with the reason."""
-    if staged.rules_checked:
-        return {}
-    cur.execute(f"SELECT {staged.order_column}, _reason FROM {STAGE_TABLE} WHERE _reason IS NOT NULL")
-    rows = cur.fetchall()
-    numbers = staged.record_numbers([int(r[0]) for r in rows])
-    return {n: str(r[1]) for n, r in zip(numbers, rows, strict=True)}
-
-
-def duplicate_rejects(dialect: Dialect, cur: Any, keys: Sequence[str], staged: Staged) -> dict[int, str]:
-    """All but the last row of each natural key the file repeats (the later row wins)."""
-    if staged.keys_unique:
-        return {}
-    key_sql = ", ".join(dialect.quote(k) for k in keys)
-    cur.execute(
-        f"SELECT 1 FROM {STAGE_TABLE} WHERE _reason IS NULL GROUP BY {key_sql} HAVING COUNT(*) > 1 LIMIT 1"
-    )
-    if cur.fetchone() is None:
-        return {}
-    order = staged.order_column
-    cur.execute(
-        f"SELECT _o FROM (SELECT {order} AS _o, ROW_NUMBER() OVER (PARTITION BY {key_sql} "
-        f"ORDER BY {order} DESC) AS _n FROM {STAGE_TABLE} WHERE _reason IS NULL) d WHERE _n > 1"
-    )
-    ids = [int(r[0]) for r in cur.fetchall()]
-    reason = f"duplicate natural key ({', '.join(keys)}): a later row of the file has the same key"
-    mark = dialect.placeholder
-    for start in range(0, len(ids), 1000):
-        chunk = ids[start : start + 1000]
-        marks = ", ".join(mark for _ in chunk)
-        cur.execute(f"UPDATE {STAGE_TABLE} SET _reason = {mark} WHERE {order} IN ({marks})", [reason, *chunk])
-    return dict.fromkeys(staged.record_numbers(ids), reason)
 
 
 def report_rejects(

@@ -36,13 +36,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from abm_provider.warehouse import checks, ledger, sql
+from abm_provider.warehouse import checks, ledger, newest, sql
 from abm_provider.warehouse.checks import ColumnPlan, plan_columns
 from abm_provider.warehouse.dialects.base import Dialect
 from abm_provider.warehouse.load import LoadRequest, LoadResult
 from abm_provider.warehouse.rules_sql import SqlValidated
-from abm_provider.warehouse.schema import Kind, TableName
-from abm_provider.warehouse.sql import STAGE_TABLE
+from abm_provider.warehouse.schema import STAGE_TABLE, Kind, TableName
 from abm_provider.warehouse.stream import IncomingFile
 
 _MB = 1024 * 1024
@@ -138,8 +137,8 @@ class WarehouseLoader:
             self.method,
         )
         rejects = dict(staged.rejects)
-        rejects.update(checks.value_rejects(cur, staged))
-        rejects.update(checks.duplicate_rejects(d, cur, request.key_columns, staged))
+        rejects.update(sql.value_rejects(cur, staged))
+        rejects.update(sql.duplicate_rejects(d, cur, request.key_columns, staged))
         total = _count(cur, f"SELECT COUNT(*) FROM {STAGE_TABLE}") + len(staged.rejects)
         self._report_rejects(request, len(plan.header), rejects, total, result)
 
@@ -333,11 +332,18 @@ class WarehouseLoader:
         When a newer execution than this one is in the table (the usual case: none, found by one
         ledger query), rows it wrote are neither deleted nor replaced: see :mod:`.newest`.
         """
-        from abm_provider.warehouse import newest  # it builds on this module's types
-
-        found = newest.newer_execution(self, cur, request) if plan.table_exists else None
+        d = self.dialect
+        found = (
+            newest.newer_execution(d, cur, request, self.newer_params(request)) if plan.table_exists else None
+        )
         if found is not None:
-            newest.replace_older(self, cur, request, plan, loaded_at, result, found)
+            # An execution older than one in the table: the newer figures stay. Only the restated
+            # rows no newer execution wrote go, and only the staged rows whose key is then free come
+            # in (a key still in the table is a newer execution's).
+            result.rows_deleted = self.delete_replaced(cur, request, plan, keep_newer=True)
+            kept, days = newest.stale_rows(d, cur, request, plan)
+            result.rows_loaded = self.insert_new(cur, request, plan, loaded_at, keep_newer=True)
+            newest.report_older(self.log, request, result, found, kept, days)
         else:
             result.rows_deleted = self.delete_replaced(cur, request, plan)
             result.rows_loaded = self.insert_new(cur, request, plan, loaded_at)

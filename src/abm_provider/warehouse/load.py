@@ -8,15 +8,45 @@ the task's XCom.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from abm_provider.common.rejects import Limit
 from abm_provider.warehouse.schema import ExportSchema, TableName
-from abm_provider.warehouse.stream import ByteSource
 
 OnSchemaChange = Literal["fail", "add_columns"]
+
+
+class StreamReader(Protocol):
+    """One reader of a file that is still arriving (:class:`abm_provider.exports.pipe.BytePipe`)."""
+
+    def read(self, size: int | None = -1) -> bytes: ...
+
+    def read_header(self, limit: int = ...) -> bytes: ...
+
+    def chunks(self) -> Iterator[bytes]: ...
+
+    def detach(self) -> None: ...
+
+
+class Verified(Protocol):
+    """A streamed file once complete and checked."""
+
+    @property
+    def sha256(self) -> str: ...
+
+    @property
+    def size(self) -> int: ...
+
+
+class ByteSource(Protocol):
+    """A file that is still downloading (:class:`abm_provider.exports.stream.ExportStream`)."""
+
+    def open(self, readers: int) -> Sequence[StreamReader]: ...
+
+    def settle(self) -> Verified: ...
 
 
 @dataclass

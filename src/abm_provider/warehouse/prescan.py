@@ -28,7 +28,7 @@ from abm_provider.warehouse.records import UnreadableFile, read_header
 from abm_provider.warehouse.schema import Kind
 
 if TYPE_CHECKING:
-    from abm_provider.warehouse.stream import StreamReader
+    from abm_provider.warehouse.load import StreamReader
 
 _FIRST_DAY = dt.date(1, 1, 1)
 #: Bytes Arrow reads per batch: small, because the pool keeps what it once held (RSS, not speed).

@@ -23,6 +23,8 @@ from typing import Any
 EXECUTION_ID_COLUMN = "_execution_id"
 LOADED_AT_COLUMN = "_loaded_at"
 LINEAGE_COLUMNS: tuple[str, ...] = (EXECUTION_ID_COLUMN, LOADED_AT_COLUMN)
+#: The temporary table a file is staged in, one per connection.
+STAGE_TABLE = "_abm_stage"
 
 #: Header names become SQL identifiers, so only plain identifiers are accepted.
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -7,18 +7,16 @@ ledger row. Only the spelling differs (quoting, casts, parameter markers), which
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from abm_provider.warehouse import ledger
-from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN
+from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, STAGE_TABLE
 
 if TYPE_CHECKING:
     from abm_provider.warehouse.checks import ColumnPlan
-    from abm_provider.warehouse.dialects.base import Dialect
+    from abm_provider.warehouse.dialects.base import Dialect, Staged
     from abm_provider.warehouse.load import LoadRequest
-
-#: The temporary table a file is staged in, one per connection.
-STAGE_TABLE = "_abm_stage"
 
 
 def match_sql(d: Dialect, request: LoadRequest, plan: ColumnPlan, target: str, stage: str) -> str:
@@ -88,7 +86,36 @@ def key_index_sql(d: Dialect, request: LoadRequest) -> str:
     return f"CREATE UNIQUE INDEX IF NOT EXISTS {index} ON {d.table_sql(request.table)} ({keys})"
 
 
-def repeated_key_sql(d: Dialect, table_sql: str, keys: tuple[str, ...]) -> str:
-    """One row when some natural key occurs twice in ``table_sql``, else none."""
-    key_sql = ", ".join(d.quote(k) for k in keys)
-    return f"SELECT 1 FROM {table_sql} GROUP BY {key_sql} HAVING COUNT(*) > 1 LIMIT 1"
+def value_rejects(cur: Any, staged: Staged) -> dict[int, str]:
+    """The staged rows a column rule rejected, by record number, with the reason."""
+    if staged.rules_checked:
+        return {}
+    cur.execute(f"SELECT {staged.order_column}, _reason FROM {STAGE_TABLE} WHERE _reason IS NOT NULL")
+    rows = cur.fetchall()
+    numbers = staged.record_numbers([int(r[0]) for r in rows])
+    return {n: str(r[1]) for n, r in zip(numbers, rows, strict=True)}
+
+
+def duplicate_rejects(dialect: Dialect, cur: Any, keys: Sequence[str], staged: Staged) -> dict[int, str]:
+    """All but the last row of each natural key the file repeats (the later row wins)."""
+    if staged.keys_unique:
+        return {}
+    key_sql = ", ".join(dialect.quote(k) for k in keys)
+    cur.execute(
+        f"SELECT 1 FROM {STAGE_TABLE} WHERE _reason IS NULL GROUP BY {key_sql} HAVING COUNT(*) > 1 LIMIT 1"
+    )
+    if cur.fetchone() is None:
+        return {}
+    order = staged.order_column
+    cur.execute(
+        f"SELECT _o FROM (SELECT {order} AS _o, ROW_NUMBER() OVER (PARTITION BY {key_sql} "
+        f"ORDER BY {order} DESC) AS _n FROM {STAGE_TABLE} WHERE _reason IS NULL) d WHERE _n > 1"
+    )
+    ids = [int(r[0]) for r in cur.fetchall()]
+    reason = f"duplicate natural key ({', '.join(keys)}): a later row of the file has the same key"
+    mark = dialect.placeholder
+    for start in range(0, len(ids), 1000):
+        chunk = ids[start : start + 1000]
+        marks = ", ".join(mark for _ in chunk)
+        cur.execute(f"UPDATE {STAGE_TABLE} SET _reason = {mark} WHERE {order} IN ({marks})", [reason, *chunk])
+    return dict.fromkeys(staged.record_numbers(ids), reason)

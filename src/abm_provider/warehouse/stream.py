@@ -11,45 +11,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from abm_provider.warehouse.records import parse_header, read_header
 
 if TYPE_CHECKING:
-    from abm_provider.warehouse.load import LoadRequest
+    from abm_provider.warehouse.load import LoadRequest, StreamReader
 
 _MB = 1024 * 1024
-
-
-class StreamReader(Protocol):
-    """One reader of a file that is still arriving (:class:`abm_provider.exports.pipe.BytePipe`)."""
-
-    def read(self, size: int | None = -1) -> bytes: ...
-
-    def read_header(self, limit: int = ...) -> bytes: ...
-
-    def chunks(self) -> Iterator[bytes]: ...
-
-    def detach(self) -> None: ...
-
-
-class Verified(Protocol):
-    """A streamed file once complete and checked."""
-
-    @property
-    def sha256(self) -> str: ...
-
-    @property
-    def size(self) -> int: ...
-
-
-class ByteSource(Protocol):
-    """A file that is still downloading (:class:`abm_provider.exports.stream.ExportStream`)."""
-
-    def open(self, readers: int) -> Sequence[StreamReader]: ...
-
-    def settle(self) -> Verified: ...
 
 
 class IncomingFile:

@@ -154,6 +154,11 @@ class Dialect(ABC):
         """SQL turning a staged (text) column into the table's type."""
         return f"CAST({column} AS {self.column_type(kind)})"
 
+    def repeated_key_sql(self, table_sql: str, keys: Sequence[str]) -> str:
+        """One row when some natural key occurs twice in ``table_sql``, else none."""
+        key_sql = ", ".join(self.quote(k) for k in keys)
+        return f"SELECT 1 FROM {table_sql} GROUP BY {key_sql} HAVING COUNT(*) > 1 LIMIT 1"
+
     def delete_matching_sql(self, target: str, where: str, source: str, match: str) -> str:
         """``DELETE`` the rows of ``target`` that pass ``where`` and have a row in ``source`` for ``match``.
 
@@ -355,7 +360,7 @@ class Dialect(ABC):
     def stage(
         self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str, incoming: IncomingFile
     ) -> Staged:
-        """Create and fill the stage table (:data:`~abm_provider.warehouse.sql.STAGE_TABLE`).
+        """Create and fill the stage table (:data:`~abm_provider.warehouse.schema.STAGE_TABLE`).
 
         It has the header's columns and a ``_reason`` column, set (by ``reason_sql`` where the dialect
         checks rules in SQL) for each row that breaks a column rule.
@@ -377,13 +382,11 @@ class Dialect(ABC):
         be read in one pass) makes the caller roll all of it back and run the staged flow. The
         dialect fills the table (:meth:`fill_new_table`); a repeated key is looked for here.
         """
-        from abm_provider.warehouse.sql import repeated_key_sql
-
         filled = self.fill_new_table(cur, NewTable(request, plan, loaded_at, incoming))
         if filled is None:
             return None
         if not filled.keys_unique:
-            cur.execute(repeated_key_sql(self, self.table_sql(request.table), request.key_columns))
+            cur.execute(self.repeated_key_sql(self.table_sql(request.table), request.key_columns))
             if cur.fetchone() is not None:
                 self.log.info("%s repeats a natural key; staging it to set rows aside", request.path.name)
                 return None

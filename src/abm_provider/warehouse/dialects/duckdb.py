@@ -47,8 +47,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from abm_provider.warehouse.dialects.base import Filled, NewTable, Staged
 from abm_provider.warehouse.records import awkward_bytes, iter_records
 from abm_provider.warehouse.rules_sql import SqlValidated
-from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, Kind, TableName
-from abm_provider.warehouse.sql import STAGE_TABLE
+from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, STAGE_TABLE, Kind, TableName
 
 if TYPE_CHECKING:
     from abm_provider.warehouse.checks import ColumnPlan

@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from abm_provider.warehouse.dialects.base import Dialect, Staged
 from abm_provider.warehouse.records import iter_records
-from abm_provider.warehouse.schema import Kind, TableName, convert
-from abm_provider.warehouse.sql import STAGE_TABLE
+from abm_provider.warehouse.schema import STAGE_TABLE, Kind, TableName, convert
 
 if TYPE_CHECKING:
     from abm_provider.warehouse.checks import ColumnPlan

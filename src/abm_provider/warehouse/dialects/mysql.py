@@ -43,8 +43,7 @@ from abm_provider.warehouse.dialects.base import Staged
 from abm_provider.warehouse.dialects.generic import GenericDialect
 from abm_provider.warehouse.prescan import KeyOrder, count_if_all_pass
 from abm_provider.warehouse.records import awkward_bytes
-from abm_provider.warehouse.schema import Kind, TableName
-from abm_provider.warehouse.sql import STAGE_TABLE
+from abm_provider.warehouse.schema import STAGE_TABLE, Kind, TableName
 
 if TYPE_CHECKING:
     from abm_provider.warehouse.checks import ColumnPlan

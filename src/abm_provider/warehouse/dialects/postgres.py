@@ -49,8 +49,7 @@ from abm_provider.warehouse.dialects.postgres_copy import Copied, IterFile, scan
 from abm_provider.warehouse.prescan import DaySet, KeyOrder, count_if_all_pass
 from abm_provider.warehouse.records import iter_records
 from abm_provider.warehouse.rules_sql import SqlValidated
-from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, Kind, TableName
-from abm_provider.warehouse.sql import STAGE_TABLE
+from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, STAGE_TABLE, Kind, TableName
 
 if TYPE_CHECKING:
     from abm_provider.warehouse.checks import ColumnPlan

@@ -14,7 +14,7 @@ from abm_provider.warehouse.prescan import DaySet, KeyOrder, count_if_all_pass
 
 if TYPE_CHECKING:
     from abm_provider.warehouse.checks import ColumnPlan
-    from abm_provider.warehouse.stream import StreamReader
+    from abm_provider.warehouse.load import StreamReader
 
 
 @dataclass(frozen=True)

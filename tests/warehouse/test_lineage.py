@@ -1,4 +1,4 @@
-"""``abm_provider.common.lineage``: the OpenLineage namespace and name of a warehouse table.
+"""``abm_provider.warehouse.lineage``: the OpenLineage namespace and name of a warehouse table.
 
 The loader names its output table with it and the list sync its input table, so the same table
 gets the same name from both. The rules: the hook's own database info when it has any
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from abm_provider.common.lineage import table_dataset
+from abm_provider.warehouse.lineage import table_dataset
 from abm_provider.warehouse.schema import TableName
 from support.export_files import TACTIC_COLUMNS, days, download_xcom, tactic_rows, write_csv
 from support.warehouses import Warehouse, duckdb_conn_env, require_postgres
