@@ -227,7 +227,8 @@ def test_an_older_ledger_is_told_and_given_its_missing_column(db: Database) -> N
 
     for name, kind in missing_columns(existing):
         db.execute(add_column_sql(db.d, db.ledger, name, kind))
-        if db.d.add_column_if_not_exists:  # another load that migrated the same ledger meanwhile is no error
+        # Another load that migrated the same ledger meanwhile is no error.
+        if db.d.capabilities.add_column_if_not_exists:
             db.execute(add_column_sql(db.d, db.ledger, name, kind))
     record(db, entry("t", "e1", "a1", T[0], execution_time=T[2]))
     assert newer(db, T[1], "e9") == [[("e1", T[2])], ["e1"]]

@@ -56,7 +56,7 @@ class WarehouseLoader:
 
     @property
     def method(self) -> str:
-        return self.dialect.method
+        return self.dialect.capabilities.bulk_path
 
     def load(self, request: LoadRequest, header: Sequence[str] | None = None) -> LoadResult:
         """Load the request's file; ``header`` is read from it (or from its stream) when not given."""
@@ -69,7 +69,7 @@ class WarehouseLoader:
             bytes=request.size,
             method=self.method,
         )
-        incoming = IncomingFile(request, self.dialect.stream_readers, self.log)
+        incoming = IncomingFile(request, self.dialect.capabilities.stream_readers, self.log)
         conn = self.dialect.connect()
         try:
             cur = self.dialect.cursor(conn)
@@ -116,7 +116,7 @@ class WarehouseLoader:
             header = incoming.header()
         existing = d.table_columns(conn, cur, request.table)
         plan = plan_columns(request, header, existing)
-        if d.direct_new_table and not plan.table_exists:
+        if d.capabilities.direct_new_table and not plan.table_exists:
             if self._load_new_table(conn, cur, request, plan, result, incoming):
                 return
             existing = d.table_columns(conn, cur, request.table)
@@ -143,7 +143,7 @@ class WarehouseLoader:
         self._report_rejects(request, len(plan.header), rejects, total, result)
 
         d.begin_replace(conn, cur)
-        d.lock(cur, request.table)
+        self._lock(cur, request.table)
         if not request.force and self._already_loaded(conn, cur, request):
             d.rollback(conn)
             result.skipped = True
@@ -174,7 +174,7 @@ class WarehouseLoader:
         """The one-pass load into a new table; ``False`` when it was undone and the staged flow must run."""
         d = self.dialect
         d.begin_replace(conn, cur)
-        d.lock(cur, request.table)
+        self._lock(cur, request.table)
         if not request.force and self._already_loaded(conn, cur, request):
             d.rollback(conn)
             result.skipped = True
@@ -313,6 +313,17 @@ class WarehouseLoader:
             for v in ledger.newer_params(str(request.table), request.execution_time, request.execution_id)
         ]
 
+    def _lock(self, cur: Any, table: TableName) -> None:
+        """Take the dialect's lock on ``table`` for this transaction; say so where it has none."""
+        self.dialect.lock(cur, table)
+        if self.dialect.capabilities.table_lock == "none":
+            self.log.warning(
+                "The %s dialect has no lock that keeps two loads of %s apart: run one load of a table "
+                "at a time (for example max_active_tis_per_dag=1 on the task)",
+                self.dialect.name,
+                table,
+            )
+
     # ---- the replace step ----------------------------------------------------------------------
 
     def _prepare_target(self, cur: Any, request: LoadRequest, plan: ColumnPlan) -> None:
@@ -347,7 +358,7 @@ class WarehouseLoader:
         else:
             result.rows_deleted = self.delete_replaced(cur, request, plan)
             result.rows_loaded = self.insert_new(cur, request, plan, loaded_at)
-        if not plan.table_exists and self.dialect.unique_key_index:
+        if not plan.table_exists and self.dialect.capabilities.unique_key_index:
             # Built once the rows are in: one sort, while keeping an index up to date row by row
             # during the insert costs more than the insert and the build together
             # (docs/performance.md, "Figures behind design choices"). The table is new in this

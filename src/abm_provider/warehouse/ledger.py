@@ -137,7 +137,7 @@ def missing_columns(existing: Sequence[str]) -> list[tuple[str, str]]:
 def add_column_sql(d: Dialect, ledger: TableName, name: str, sql_type: str) -> str:
     """Add a column to an older ledger; ``IF NOT EXISTS`` where the dialect has it, so a load into
     another table that migrated the same ledger meanwhile is no error."""
-    guard = "IF NOT EXISTS " if d.add_column_if_not_exists else ""
+    guard = "IF NOT EXISTS " if d.capabilities.add_column_if_not_exists else ""
     return f"ALTER TABLE {d.table_sql(ledger)} ADD COLUMN {guard}{_column(d, name, sql_type)}"
 
 

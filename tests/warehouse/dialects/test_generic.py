@@ -44,6 +44,17 @@ def test_a_hook_of_an_unknown_dialect_is_loaded_by_the_generic_path(tmp_path: Pa
     assert warehouse.ledger_rows() == [("e1", out["sha256"], len(ROWS), 0, 0)]
 
 
+def test_a_load_without_a_table_lock_says_so_in_its_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The generic dialect has no lock that keeps two loads of a table apart: it declares it, and the
+    load's log tells the reader what to do instead of taking nothing in silence."""
+    warehouse = sqlite(tmp_path)
+    capsys.readouterr()
+    warehouse.operator(source=export(tmp_path / "e1.csv", ROWS)).execute(context={})
+    assert "The generic dialect has no lock that keeps two loads of" in capsys.readouterr().out
+
+
 def test_native_is_refused_for_a_hook_without_a_bulk_path(tmp_path: Path) -> None:
     warehouse = sqlite(tmp_path, method="native")
     with pytest.raises(

@@ -189,10 +189,10 @@ class StateDatabase:
         :return: ``None`` when this connection now holds it, else who holds it.
         """
         dialect = self.dialect
-        if not dialect.names_lock_holder:
+        if not dialect.capabilities.names_lock_holder:
             # This process's table names the run; it is all there is without a session lock.
             holder = self._take_in_process(key, run_id)
-            if holder is not None or not dialect.session_locks:
+            if holder is not None or not dialect.capabilities.session_locks:
                 return holder
         with self.transaction():
             if dialect.try_session_lock(self.cur, key, _LABEL_PREFIX + run_id):
@@ -207,9 +207,9 @@ class StateDatabase:
 
     def unlock(self, key: str) -> None:
         """Release the sync lock ``key``; when that fails, close the connection, which releases it too."""
-        mine = key in self._own_locks or self.dialect.names_lock_holder
+        mine = key in self._own_locks or self.dialect.capabilities.names_lock_holder
         self._release_in_process(key)
-        if not (mine and self.dialect.session_locks):
+        if not (mine and self.dialect.capabilities.session_locks):
             return
         try:
             with suppress(Exception):

@@ -81,6 +81,29 @@ def hold_list_lock(
         )
     if holders:
         log.info("The other sync of list %s ended; this run goes on", list_id)
+    _say_which_lock(db, list_id, log)
+
+
+def _say_which_lock(db: StateDatabase, list_id: str, log: logging.Logger | Any) -> None:
+    """Log which lock keeps this run of the list alone, as the state database's dialect declares it."""
+    dialect = db.dialect
+    if dialect.capabilities.session_locks:
+        log.info(
+            "List %s's lock is a session lock of the %s database, across processes", list_id, dialect.name
+        )
+    elif dialect.capabilities.table_lock == "process":
+        log.info(
+            "List %s's lock is this process's: one process at a time writes a %s database",
+            list_id,
+            dialect.name,
+        )
+    else:
+        log.warning(
+            "List %s's lock is this process's only: the %s dialect has no lock between sessions, so a sync "
+            "of this list in another process is not kept out; run one sync of a list at a time",
+            list_id,
+            dialect.name,
+        )
 
 
 def _nothing_done(run_id: str, lock_timeout: float) -> str:

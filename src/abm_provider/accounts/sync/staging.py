@@ -232,7 +232,7 @@ class Stager:
         """Stage a query on the state connection in SQL; ``None`` (stage in Python) when it cannot."""
         db = self.db
         started = time.monotonic()
-        if not db.dialect.full_outer_join:
+        if not db.dialect.capabilities.full_outer_join:
             members = None  # staged whole: the plan compares it with the members
         # A table compared with the members is read twice rather than copied whole: counted, then
         # numbered inside the comparison, which keeps only the rows that differ. Anything else (the

@@ -14,8 +14,18 @@ from contextlib import suppress
 from typing import Any
 
 from abm_provider.warehouse.dialects.base import Dialect, DialectOptions, Staged
+from abm_provider.warehouse.dialects.capabilities import Capabilities
 
-__all__ = ["DIALECTS", "Dialect", "DialectOptions", "Staged", "dialect_for", "dialect_name"]
+__all__ = [
+    "DIALECTS",
+    "Capabilities",
+    "Dialect",
+    "DialectOptions",
+    "Staged",
+    "check_declared",
+    "dialect_for",
+    "dialect_name",
+]
 
 #: Dialect classes by the names a hook may give (connection type or SQLAlchemy dialect name).
 DIALECTS: dict[str, str] = {
@@ -50,7 +60,27 @@ def _load(path: str) -> type[Dialect]:
     found = getattr(importlib.import_module(module), name)
     if not (isinstance(found, type) and issubclass(found, Dialect)):
         raise TypeError(f"{path} is not a Dialect")
+    check_declared(found)
     return found
+
+
+def check_declared(cls: type[Dialect]) -> None:
+    """Refuse a dialect class that does not declare what it can do, naming what it lacks.
+
+    Its own :class:`Capabilities` (one inherited from the dialect it extends would claim a lock or a
+    join it may not have), and the methods its capabilities promise.
+    """
+    declared = cls.__dict__.get("capabilities")
+    if not isinstance(declared, Capabilities):
+        wanted = ", ".join(f"{name}=..." for name in Capabilities.__dataclass_fields__)
+        raise TypeError(
+            f"{cls.__module__}.{cls.__qualname__} declares no capabilities of its own: set "
+            f"capabilities = Capabilities({wanted})"
+        )
+    if declared.rules_in_sql and cls.matches_sql is Dialect.matches_sql:
+        raise TypeError(
+            f"{cls.__module__}.{cls.__qualname__} declares rules_in_sql but does not define matches_sql"
+        )
 
 
 def dialect_for(

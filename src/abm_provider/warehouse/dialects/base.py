@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from abm_provider.warehouse.dialects.capabilities import Capabilities
 from abm_provider.warehouse.schema import Kind, TableName
 
 if TYPE_CHECKING:
@@ -91,16 +92,8 @@ class Dialect(ABC):
 
     #: The registry's name for it, and what :func:`abm_provider.warehouse.dialect_of` answers.
     name: ClassVar[str]
-    #: Short name of the bulk path, reported in logs, XCom and the ledger.
-    method: ClassVar[str]
-    #: Whether a unique index on the natural key is created with the table.
-    unique_key_index: ClassVar[bool] = True
-    #: Whether a table that does not exist yet is first tried in one pass (``load_direct``).
-    direct_new_table: ClassVar[bool] = False
-    #: Readers of a streamed file the bulk path takes; 0: it reads the file once downloaded.
-    stream_readers: ClassVar[int] = 0
-    #: Whether ``ALTER TABLE ... ADD COLUMN IF NOT EXISTS`` is understood (not by SQLite).
-    add_column_if_not_exists: ClassVar[bool] = True
+    #: What the warehouse can do; each dialect class declares its own, whole (the registry checks).
+    capabilities: ClassVar[Capabilities]
     #: The DB-API parameter marker of the driver.
     placeholder: str = "%s"
     #: How an identifier is quoted (``{}`` is the name, already checked to be a plain identifier).
@@ -239,8 +232,9 @@ class Dialect(ABC):
     def begin_replace(self, conn: Any, cur: Any) -> None:  # noqa: B027 - optional
         """Called after staging, before the lock: a dialect that staged outside the transaction opens it."""
 
-    def lock(self, cur: Any, table: TableName) -> None:  # noqa: B027 - the generic path has no portable lock
-        """Serialise loads into ``table`` until the transaction ends (best effort where unsupported)."""
+    def lock(self, cur: Any, table: TableName) -> None:  # noqa: B027 - declared: capabilities.table_lock
+        """Serialise loads into ``table`` until the transaction ends, as ``capabilities.table_lock``
+        declares; a dialect that declares ``"none"`` takes nothing, and the loader logs that it does not."""
 
     def rollback(self, conn: Any) -> None:
         try:
@@ -267,10 +261,8 @@ class Dialect(ABC):
         )
 
     # ---- a session's named lock (the list sync's state database) --------------------------------
-    #: Whether the database has a lock a session keeps across its transactions (``try_session_lock``).
-    session_locks: ClassVar[bool] = False
-    #: Whether the database names a lock's holder itself (``session_lock_holder`` knows its run).
-    names_lock_holder: ClassVar[bool] = False
+    # Where ``capabilities.session_locks`` is true, ``try_session_lock`` takes a lock the session
+    # keeps across its transactions; where ``names_lock_holder`` is, ``session_lock_holder`` knows its run.
 
     def identity(self, conn: Any) -> str:
         """The database this connection writes, for locks kept in the process instead of the database."""
@@ -304,9 +296,6 @@ class Dialect(ABC):
     #: ``str()`` of the DB-API type codes of text columns, whose values reach Python as ``str``. Empty:
     #: the list sync validates every source row in Python on this database.
     text_type_codes: ClassVar[frozenset[str]] = frozenset()
-    #: Whether ``FULL OUTER JOIN`` is understood: the list sync compares a source with the list's
-    #: members in one pass where it is, and stages the whole source where it is not.
-    full_outer_join: ClassVar[bool] = True
 
     def numbered_sql(self, query: str, record: str) -> str:
         """The rows of ``query`` (one SELECT statement), numbered from 1 in the order the query gives
@@ -333,8 +322,8 @@ class Dialect(ABC):
 
     @property
     def has_rules_in_sql(self) -> bool:
-        """Whether :meth:`matches_sql` gives conditions here, so rules can run in the database."""
-        return self.matches_sql("x", "x") is not None
+        """Whether the rules run in the database here (:attr:`Capabilities.rules_in_sql`)."""
+        return self.capabilities.rules_in_sql
 
     def md5_sql(self, parts: Sequence[str]) -> str:
         """The hex MD5 of text expressions (none ``NULL``) joined by the unit separator ``chr(31)``.
@@ -396,6 +385,6 @@ class Dialect(ABC):
         """Write every record of the file into the new table in one pass, each row checked by the rules.
 
         ``None`` when a record breaks a rule or the file cannot be read in one pass (say why in the
-        log). Only called where :attr:`direct_new_table` is true.
+        log). Only called where ``capabilities.direct_new_table`` is true.
         """
         return None

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from abm_provider.warehouse.dialects.base import Filled, NewTable, Staged
+from abm_provider.warehouse.dialects.capabilities import Capabilities
 from abm_provider.warehouse.records import awkward_bytes, iter_records
 from abm_provider.warehouse.rules_sql import SqlValidated
 from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, STAGE_TABLE, Kind, TableName
@@ -77,14 +78,24 @@ def quote(name: str) -> str:
 
 class DuckDBDialect(SqlValidated):
     name = "duckdb"
-    method = "duckdb_read_csv"
+    capabilities = Capabilities(
+        bulk_path="duckdb_read_csv",
+        # One process writes a DuckDB file: a lock of this process is a lock of every writer.
+        table_lock="process",
+        session_locks=False,
+        names_lock_holder=False,
+        direct_new_table=True,
+        stream_readers=0,
+        unique_key_index=False,
+        add_column_if_not_exists=True,
+        rules_in_sql=True,
+        full_outer_join=True,
+    )
     lineage_schema = "main"  # common-sql's default answers "public", which DuckDB does not have
     placeholder = "?"
     catalog_where = "table_catalog = current_database() AND "
     # An ART index makes DuckDB bulk inserts slow and memory-hungry; the delete-then-insert under one
     # transaction and the duplicate rejection already keep one row per key.
-    unique_key_index: ClassVar[bool] = False
-    direct_new_table: ClassVar[bool] = True
     text_type_codes: ClassVar[frozenset[str]] = frozenset({"VARCHAR"})
 
     def growing_key_sql(self, columns: Sequence[str]) -> str:

@@ -23,6 +23,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from abm_provider.warehouse.dialects.base import Dialect, Staged
+from abm_provider.warehouse.dialects.capabilities import Capabilities
 from abm_provider.warehouse.records import iter_records
 from abm_provider.warehouse.schema import STAGE_TABLE, Kind, TableName, convert
 
@@ -46,8 +47,19 @@ def driver_quote_format(hook: Any) -> str:
 
 class GenericDialect(Dialect):
     name = "generic"
-    method = "generic_executemany"
-    add_column_if_not_exists = False  # SQLite and others lack it; the ledger is migrated once, under a check
+    capabilities = Capabilities(
+        bulk_path="generic_executemany",
+        table_lock="none",  # no portable lock: the loader says so, and the sync locks within the process
+        session_locks=False,
+        names_lock_holder=False,
+        direct_new_table=False,
+        stream_readers=0,
+        unique_key_index=True,
+        # SQLite and others lack it; the ledger is migrated once, under a check.
+        add_column_if_not_exists=False,
+        rules_in_sql=False,
+        full_outer_join=False,
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

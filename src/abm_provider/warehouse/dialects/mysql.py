@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from abm_provider.warehouse.dialects.base import Staged
+from abm_provider.warehouse.dialects.capabilities import Capabilities
 from abm_provider.warehouse.dialects.generic import GenericDialect
 from abm_provider.warehouse.prescan import KeyOrder, count_if_all_pass
 from abm_provider.warehouse.records import awkward_bytes
@@ -64,9 +65,21 @@ _TEXT_TYPES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", 
 
 class MySQLDialect(GenericDialect):
     name = "mysql"
-    method = "mysql_load_data"
-    unique_key_index = False
-    add_column_if_not_exists = False  # MariaDB has it, MySQL 8 does not
+    capabilities = Capabilities(
+        bulk_path="mysql_load_data",
+        table_lock="sessions",  # GET_LOCK, held by the session until the load ends
+        session_locks=True,
+        # The server knows the holder's connection, not its run: a refused run is told that id.
+        names_lock_holder=False,
+        # DDL commits by itself: a one-pass load into a new table could not be rolled back.
+        direct_new_table=False,
+        stream_readers=0,
+        unique_key_index=False,  # a TEXT key cannot be indexed whole; the load's lock keeps one row per key
+        add_column_if_not_exists=False,  # MariaDB has it, MySQL 8 does not
+        rules_in_sql=True,
+        # And a temporary table cannot be named twice in one statement: a source is staged whole.
+        full_outer_join=False,
+    )
     current_schema_sql = "DATABASE()"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -104,10 +117,6 @@ class MySQLDialect(GenericDialect):
         return f"CAST({expression} AS BINARY)"
 
     # ---- the list sync's rules in SQL ------------------------------------------------------------
-    # MySQL and MariaDB have no FULL OUTER JOIN, and a temporary table cannot be named twice in one
-    # statement: a source is staged whole, and the plan compares it with the members.
-    full_outer_join = False
-
     def matches_sql(self, column: str, pattern: str) -> str:
         # Character by character in a binary collation, which folds no case (MySQL 8 refuses a binary
         # string in a regular expression). The pattern goes as a hex literal, which no sql_mode
@@ -161,7 +170,6 @@ class MySQLDialect(GenericDialect):
 
     # ``GET_LOCK``: held by the session until released or the connection ends. The server knows the
     # holder's connection, not its run: a refused run is told the holder's connection id.
-    session_locks = True
 
     def try_session_lock(self, cur: Any, key: str, label: str) -> bool:
         cur.execute("SELECT GET_LOCK(%s, 0)", [_lock_name(key)])

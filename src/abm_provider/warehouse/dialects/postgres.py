@@ -45,6 +45,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from abm_provider.common.progress import ByteProgress
 from abm_provider.warehouse.dialects.base import Filled, NewTable, Staged, lock_number
+from abm_provider.warehouse.dialects.capabilities import Capabilities
 from abm_provider.warehouse.dialects.postgres_copy import Copied, IterFile, scan_stream
 from abm_provider.warehouse.prescan import DaySet, KeyOrder, count_if_all_pass
 from abm_provider.warehouse.records import iter_records
@@ -69,16 +70,23 @@ WORK_MEM = "256MB"
 
 class PostgresDialect(SqlValidated):
     name = "postgres"
-    method = "postgres_copy"
+    capabilities = Capabilities(
+        bulk_path="postgres_copy",
+        table_lock="sessions",  # a transaction-scoped advisory lock
+        session_locks=True,
+        names_lock_holder=True,
+        direct_new_table=True,
+        stream_readers=2,  # COPY reads the download as it arrives, and the Arrow pre-scan beside it
+        # No unique index: the delete and insert under the load's lock already keep one row per key,
+        # and building one is a large share of a big load; a repeated key in the file is found by the
+        # pre-scan (keys in order) or a GROUP BY.
+        unique_key_index=False,
+        add_column_if_not_exists=True,
+        rules_in_sql=True,
+        full_outer_join=True,
+    )
     placeholder = "%s"
-    # No unique index: the delete and insert under the load's lock already keep one row per key, and
-    # building one is a large share of a big load; a repeated key in the file is found by the
-    # pre-scan (keys in order) or a GROUP BY.
-    unique_key_index = False
-    direct_new_table = True
     text_type_codes = frozenset({"25", "1043"})  # text, varchar (psycopg and psycopg2 give the type's OID)
-    # COPY reads the download as it arrives, and the Arrow pre-scan reads it beside.
-    stream_readers = 2
 
     def begin(self, cur: Any) -> None:
         # Transaction-local, and only ever raised: the default 4MB sends a million-key GROUP BY to disk.
@@ -108,8 +116,6 @@ class PostgresDialect(SqlValidated):
     # A session-level advisory lock on a 64-bit hash of the key: it spans the session's transactions
     # and dies with the connection, so a killed task cannot leave it behind. The holder names itself
     # in its session's ``application_name``, read back through ``pg_locks`` and ``pg_stat_activity``.
-    session_locks = True
-    names_lock_holder = True
 
     def creation_lock(self, cur: Any, key: str) -> None:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", [lock_number(key)])
