@@ -503,6 +503,10 @@ def start_smoke(label: str, venv: Path, python: str = "3.11", *, doc_examples: b
         k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "ABM_", "PYTEST", "PYTHONPATH"))
     }
     env["ABM_SMOKE_EXPECT_SITE_PACKAGES"] = str(venv)
+    # The venvs hold no bytecode (``install``): let the first process that imports a module write it,
+    # or every later process of the run (the docs' examples, ``airflow dags reserialize``) compiles
+    # Airflow again where the environment says PYTHONDONTWRITEBYTECODE.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     if doc_examples:
         env[DOC_EXAMPLES_ENV] = "1"
     smoke = Smoke(label, venv, log, started=time.monotonic(), python=python)
