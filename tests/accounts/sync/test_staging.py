@@ -19,10 +19,10 @@ from sync_support import CONN_ID, ORG, Warehouse
 from abm_provider.accounts.sources import SqlSource
 from abm_provider.accounts.sync.database import StateDatabase
 from abm_provider.accounts.sync.options import SyncOptions
+from abm_provider.accounts.sync.row_values import account_hash
 from abm_provider.accounts.sync.staging import (
     STAGE_COLUMNS,
     Stager,
-    account_hash,
     stage_table_sql,
     staged_hash_sql,
 )

@@ -20,7 +20,6 @@ Either way memory stays flat whatever the source's size.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 import uuid
@@ -29,8 +28,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from abm_provider.accounts.sources import SqlSource, WarehouseQuery
+from abm_provider.accounts.sync.row_values import staged_row
 from abm_provider.accounts.validation import SourceRow
-from abm_provider.common.rejects import raw_json
 from abm_provider.common.sql import one_statement
 
 if TYPE_CHECKING:
@@ -109,60 +108,13 @@ def stage_table_sql(dialect: Dialect) -> str:
     )
 
 
-def row_hash(text: str) -> str:
-    """The hash a row's values are compared by between runs: MD5, which the warehouses compute too."""
-    return hashlib.md5(text.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest()
-
-
-def account_hash(account: Mapping[str, str]) -> str:
-    """The hash of a valid account's values (the SQL path computes the same with ``md5_sql``)."""
-    return row_hash(
-        f"{account['id']}\x1f{account.get('name') or ''}\x1f{account.get('crmOrgId', '')}"
-        f"\x1f{account.get('crmType') or ''}"
-    )
-
-
 def staged_hash_sql(dialect: Dialect) -> str:
     """SQL for the hash of a valid staged row ``s``: as staged, or where SQL staged it without one,
-    computed there: :func:`account_hash` of the same values."""
+    computed there: :func:`~abm_provider.accounts.sync.row_values.account_hash` of the same values."""
     if not dialect.has_rules_in_sql:
         return "s.row_hash"  # this database stages in Python, which hashes every row
     values = ["s.account_id", "COALESCE(s.account_name, '')", "s.crm_org_id", "COALESCE(s.crm_type, '')"]
     return f"COALESCE(s.row_hash, {dialect.md5_sql(values)})"
-
-
-def invalid_row_key(data: Any, validator: AccountValidator) -> tuple[str | None, str]:
-    """The membership key an invalid row would have, so a member whose row went bad is not removed."""
-    if not isinstance(data, Mapping):
-        return None, ""
-    raw_id = data.get(validator.column_map["id"])
-    raw_org = data.get(validator.column_map["crmOrgId"])
-    account_id = raw_id.strip() if isinstance(raw_id, str) and raw_id.strip() else None
-    org = raw_org.strip() if isinstance(raw_org, str) else ""
-    if (account_id is not None and len(account_id) > 255) or len(org) > 255:
-        return None, ""  # too long to be a key of the state tables, so no member's key either
-    return account_id, org
-
-
-def staged_row(row: SourceRow, validator: AccountValidator) -> tuple[Any, ...]:
-    """One source row as the temporary table holds it (:data:`STAGE_COLUMNS`)."""
-    account, reason = validator.validate(row.data)
-    if account is not None:
-        org = account.get("crmOrgId", "")
-        return (
-            row.row_number,
-            row.line,
-            account["id"],
-            org,
-            account.get("crmType"),
-            account.get("name"),
-            account_hash(account),
-            None,
-            None,
-        )
-    raw = raw_json(row.data)
-    account_id, org = invalid_row_key(row.data, validator)
-    return (row.row_number, row.line, account_id, org, None, None, row_hash(raw), reason, raw)
 
 
 @dataclass(frozen=True)
