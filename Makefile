@@ -78,7 +78,7 @@ compat: install
 # logs of the others follow it. A test folder added later runs in the second half. The slowest tests
 # of each half close its log, to balance the halves by.
 DURATIONS := --durations=15
-FIRST_HALF := tests/docs tests/e2e tests/hooks tests/exports tests/operators tests/deploy
+FIRST_HALF := tests/docs tests/e2e tests/hooks tests/exports tests/sensors tests/triggers tests/operators tests/deploy
 LOGS := .test-logs
 
 test: lint browser

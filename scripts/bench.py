@@ -79,6 +79,11 @@ LEDGER_TABLE = "abm_load_ledger"
 DUCKDB_MEMORY_LIMIT = "256MB"
 
 
+def duckdb_options(memory_limit: str | None, threads: int | None) -> dict[str, Any]:
+    """The load's ``dialect_options`` on DuckDB: the bench's memory limit, and threads when given."""
+    return {"memory_limit": memory_limit, "threads": threads}
+
+
 class Section(Protocol):
     """One of the five parts of the suite: runs its cases, then adds rows and checks to the bench."""
 
@@ -373,8 +378,10 @@ class ExportSection:
             "export_type": EXPORT_TYPE,
             "conn_id": DUCKDB_CONN if warehouse == "duckdb" else POSTGRES_CONN,
             "duckdb_path": self.duckdb_path if warehouse == "duckdb" else None,
-            "duckdb_memory_limit": args.duckdb_memory_limit,
-            "duckdb_threads": args.duckdb_threads,
+            # The DuckDB dialect's own options; PostgreSQL's dialect has none, and refuses these.
+            "dialect_options": duckdb_options(args.duckdb_memory_limit, args.duckdb_threads)
+            if warehouse == "duckdb"
+            else None,
             "pg_dsn": PG_DSN,
             "sqlalchemy_url": SQLALCHEMY_URL,
         }

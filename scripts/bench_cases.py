@@ -78,8 +78,7 @@ def load_operator(p: Params, source: Any, **extra: Any) -> Any:
         table=PROVIDER_TABLE,
         export_type=p["export_type"],
         force=True,
-        duckdb_memory_limit=p.get("duckdb_memory_limit"),
-        duckdb_threads=p.get("duckdb_threads"),
+        dialect_options=p.get("dialect_options"),
         **extra,
     )
 
@@ -142,10 +141,11 @@ def ceiling_duckdb(p: Params) -> Params:
     download_s = curl_to_file(p["execution"]["downloadUri"], target)
     started = time.perf_counter()
     with duckdb.connect(p["duckdb_path"]) as con:
-        if p.get("duckdb_memory_limit"):
-            con.execute(f"SET memory_limit = '{p['duckdb_memory_limit']}'")
-        if p.get("duckdb_threads"):
-            con.execute(f"SET threads = {int(p['duckdb_threads'])}")
+        options = p.get("dialect_options") or {}
+        if options.get("memory_limit"):
+            con.execute(f"SET memory_limit = '{options['memory_limit']}'")
+        if options.get("threads"):
+            con.execute(f"SET threads = {int(options['threads'])}")
         con.execute(
             f"CREATE TABLE {CEILING_TABLE} AS SELECT * FROM read_csv(?, header = true)", [str(target)]
         )

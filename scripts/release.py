@@ -125,12 +125,19 @@ def phase(what: str, began: float) -> None:
     print(f"{what}: {time.monotonic() - began:.1f} s", flush=True)
 
 
-def uv_env() -> dict[str, str]:
-    """uv's settings as the Makefile gives them, when this script runs on its own."""
+def uv_env(*, project_config: bool = True) -> dict[str, str]:
+    """uv's settings as the Makefile gives them, when this script runs on its own.
+
+    ``project_config=False`` for what stands in for a user's install (the pins' resolution, the
+    release and compat venvs): uv would otherwise apply this checkout's ``[tool.uv]`` settings to
+    them, such as the dev lock's ``override-dependencies``, which no user's pip or uv sees.
+    """
     env = dict(os.environ)
     env.setdefault("UV_LINK_MODE", "copy")
     env.setdefault("UV_COMPILE_BYTECODE", "1")
     env.setdefault("UV_PYTHON_DOWNLOADS", "never")
+    if not project_config:
+        env["UV_NO_CONFIG"] = "1"
     return env
 
 
@@ -302,7 +309,7 @@ def pin(targets: Sequence[Target]) -> None:
             run(
                 UV, "pip", "compile", "--quiet", "--no-header", "--python-version", target.python,
                 "--exclude-newer", target.cutoff, *later, *resolution, wanted, "-o", out,
-                env=uv_env(),
+                env=uv_env(project_config=False),
             )  # fmt: skip
             # uv names the input by its path, a fresh temporary folder each time: keep the files' diffs
             # to what changed.
@@ -436,10 +443,10 @@ def install(venv: Path, constraints: Path, *requirements: str) -> None:
     (docs/compatibility.md has the figures).
     """
     python = venv / "bin" / "python"
-    env = {**uv_env(), "UV_COMPILE_BYTECODE": "0"}
+    env = {**uv_env(project_config=False), "UV_COMPILE_BYTECODE": "0"}
     run(UV, "pip", "install", "--quiet", "--python", python, "-c", constraints, *requirements, env=env)
     allowed = pinned(constraints)
-    frozen = run(UV, "pip", "freeze", "--python", python, env=uv_env(), quiet=True)
+    frozen = run(UV, "pip", "freeze", "--python", python, env=uv_env(project_config=False), quiet=True)
     loose = [
         line
         for line in frozen.splitlines()

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 # Airflow reads its configuration at import time, so the environment is set before any test imports it.
 _AIRFLOW_HOME = isolate_airflow()
 
+# The cloud warehouses' emulators, for any folder (one definition, so one server each per session).
+pytest_plugins = ["support.cloud_warehouses"]
+
 
 @pytest.fixture(scope="session")
 def abm_emulator_options() -> dict[str, Any]:

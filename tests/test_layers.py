@@ -44,7 +44,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"common"}),
     frozenset({"hooks", "warehouse"}),
     frozenset({"exports", "accounts"}),
-    frozenset({"triggers", "sync"}),
+    frozenset({"triggers"}),
     frozenset({"assets"}),
     frozenset({"operators"}),
     frozenset({"sensors", "transfers"}),

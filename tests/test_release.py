@@ -129,3 +129,25 @@ def test_the_docs_examples_on_airflows_api_run_on_the_oldest_and_the_newest_lane
     assert len(running) == 2
     assert running[0][0] == min(lanes)[0], "the oldest Airflow"
     assert running[1] == max(lanes), "the newest Airflow on the newest Python"
+
+
+def test_the_install_into_a_compat_venv_ignores_this_checkouts_uv_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user's pip or uv never sees this repository's ``[tool.uv]`` (its ``override-dependencies``
+    keep the dev lock's versions for the cloud emulators): the release and compat venvs, which stand
+    in for a user's install, must not either. An override there once made Airflow 3.1.2's own
+    ``sqlalchemy`` pin unsatisfiable in the floor lane."""
+    assert "override-dependencies" in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["uv"]
+    seen: list[tuple[tuple[str, ...], dict[str, str]]] = []
+
+    def run(*command: object, env: dict[str, str], quiet: bool = False) -> str:
+        seen.append((tuple(map(str, command)), env))
+        return ""
+
+    monkeypatch.setattr(release, "run", run)
+    constraints = tmp_path / "pins.txt"
+    constraints.write_text("")
+    release.install(tmp_path / "venv", constraints, "pytest")
+    pip_commands = [env for command, env in seen if command[1] == "pip"]
+    assert pip_commands and all(env.get("UV_NO_CONFIG") == "1" for env in pip_commands)

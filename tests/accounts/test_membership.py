@@ -57,11 +57,10 @@ class FakeHook:
             batches=1,
         )
 
-    def add_accounts(self, list_id: str, accounts: list[dict[str, str]], **_: Any) -> AccountsResult:
-        return self._answer("add", accounts)
-
-    def remove_accounts(self, list_id: str, accounts: list[dict[str, str]], **_: Any) -> AccountsResult:
-        return self._answer("remove", accounts)
+    def change_membership(
+        self, action: str, list_id: str, accounts: list[dict[str, str]], **_: Any
+    ) -> AccountsResult:
+        return self._answer(action, accounts)
 
     def close(self) -> None:
         self.closed = True
@@ -182,15 +181,6 @@ def test_a_count_limit_fails_at_the_row_that_passes_it_after_sending_what_was_fo
         _run(rows, tmp_path, hooks, max_rejected=1, batch_size=3)
     assert [ids for _, ids in hooks.requests] == [["0010", "0011", "0012"], ["0013", "0014", "0015"]]
     assert [r["record"] for r in read_rejects(tmp_path / "rejects.csv")] == ["7", "9"]
-
-
-def test_deprecated_warn_only_logs_a_passed_limit_once(tmp_path, caplog):
-    rows = [{"id": ""}, {"id": ""}, {"id": ""}, {"id": "001a"}]
-    with caplog.at_level(logging.WARNING, logger="test.membership"):
-        result = _run(rows, tmp_path, Hooks(known={"001a"}), max_rejected=1, on_limit="warn")
-    assert (result.rejected, result.applied) == (3, 1)
-    passed = [r for r in caplog.records if "on_limit='warn': continuing" in r.getMessage()]
-    assert len(passed) == 1
 
 
 def test_requests_in_flight_are_counted_in_source_order_and_their_hooks_closed(tmp_path):

@@ -24,6 +24,7 @@ from abm_provider.accounts.sources import (
 )
 from abm_provider.accounts.validation import AccountValidator, SourceRow
 from abm_provider.warehouse.schema import TableName
+from support.warehouses import duckdb_conn_env
 
 
 def test_iterable_source_refuses_a_single_mapping():
@@ -155,7 +156,7 @@ def test_sql_source_streams_a_duckdb_query(tmp_path, monkeypatch):
             "CREATE TABLE accounts AS SELECT printf('001%012d', i) AS account_id, 'n' || i AS account_name "
             "FROM range(2500) t(i)"
         )
-    monkeypatch.setenv("AIRFLOW_CONN_CRM_DUCKDB", json.dumps({"conn_type": "duckdb", "host": str(db)}))
+    monkeypatch.setenv("AIRFLOW_CONN_CRM_DUCKDB", duckdb_conn_env(db))
     source = SqlSource(
         "SELECT account_id, account_name FROM accounts WHERE account_id >= ? ORDER BY account_id",
         "crm_duckdb",
@@ -189,7 +190,7 @@ def test_sql_source_reads_a_whole_table_quoted_as_its_dialect_quotes(tmp_path, m
     with duckdb.connect(str(db)) as conn:
         conn.execute("CREATE SCHEMA crm")
         conn.execute("CREATE TABLE crm.accounts AS SELECT printf('001%012d', i) AS id FROM range(3) t(i)")
-    monkeypatch.setenv("AIRFLOW_CONN_CRM_DUCKDB", json.dumps({"conn_type": "duckdb", "host": str(db)}))
+    monkeypatch.setenv("AIRFLOW_CONN_CRM_DUCKDB", duckdb_conn_env(db))
     source = SqlSource(None, "crm_duckdb", table=TableName("crm", "accounts"))
     with source.open() as opened:
         assert opened.columns == ["id"]

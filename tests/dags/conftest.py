@@ -15,30 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagtest_support import PG_DATABASE, TABLES, Warehouse, ensure_postgres_database
+from dagtest_support import TABLES, Warehouse
+
+from support.warehouses import DAGS, postgres_unusable
 
 
 @pytest.fixture(params=["duckdb", "postgres"])
 def warehouse(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Warehouse]:
-    """A DuckDB file in the test's folder, or the tests' own PostgreSQL database with its tables dropped."""
+    """A DuckDB file in the test's folder, or the DAG tests' PostgreSQL database with its tables dropped."""
     if request.param == "duckdb":
-        path = tmp_path / "warehouse.duckdb"
-        env = json.dumps({"conn_type": "duckdb", "host": str(path)})
-        yield Warehouse("duckdb", env, str(path))
+        yield Warehouse("duckdb", DAGS.connection("duckdb"), tmp_path / "warehouse.duckdb")
         return
-    reason = ensure_postgres_database()
+    reason = postgres_unusable(DAGS.database)
     if reason is not None:
         pytest.skip(f"skipping the PostgreSQL variant: {reason}")
-    env = json.dumps(
-        {
-            "conn_type": "postgres",
-            "host": "127.0.0.1",
-            "port": 5432,
-            "login": "postgres",
-            "schema": PG_DATABASE,
-        }
-    )
-    target = Warehouse("postgres", env, PG_DATABASE)
+    target = Warehouse("postgres", DAGS.connection("postgres"), DAGS.database)
     target.execute("; ".join(f"DROP TABLE IF EXISTS {t}" for t in TABLES))
     yield target
 

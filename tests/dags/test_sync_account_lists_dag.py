@@ -23,11 +23,7 @@ def valid_id(n: int) -> str:
 
 
 def seed(warehouse: Warehouse, rows: list[tuple[str, str, str | None]]) -> None:
-    warehouse.execute("DROP TABLE IF EXISTS abm_target_accounts")
-    warehouse.execute(
-        "CREATE TABLE abm_target_accounts (account_id VARCHAR, account_name VARCHAR, crm_org_id VARCHAR)"
-    )
-    warehouse.execute("INSERT INTO abm_target_accounts VALUES (%s, %s, %s)", rows)
+    warehouse.replace_table("abm_target_accounts", ["account_id", "account_name", "crm_org_id"], rows)
 
 
 def run_dag() -> Any:

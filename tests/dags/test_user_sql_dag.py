@@ -63,9 +63,7 @@ ACCOUNTS = [
 def test_a_sync_whose_query_has_a_like_pattern_runs_through_airflow_dags_test(
     warehouse: Warehouse, emulator: Any, airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    warehouse.execute("DROP TABLE IF EXISTS user_sql_accounts")
-    warehouse.execute("CREATE TABLE user_sql_accounts (account_id TEXT, account_name TEXT, crm_org_id TEXT)")
-    warehouse.execute("INSERT INTO user_sql_accounts VALUES (%s, %s, %s)", ACCOUNTS)
+    warehouse.replace_table("user_sql_accounts", ["account_id", "account_name", "crm_org_id"], ACCOUNTS)
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "user_sql_acme.py").write_text(DAG_FILE)

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from support.warehouses import postgres_dsn, require_postgres
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker" / "docker-compose.yaml"
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
@@ -218,11 +220,7 @@ def test_the_warehouse_init_script_creates_what_the_dags_read(compose: dict[str,
     psycopg = pytest.importorskip("psycopg")
     if shutil.which("psql") is None:
         pytest.skip("psql is not installed on this machine")
-    admin = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
-    try:
-        psycopg.connect(admin).close()
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"PostgreSQL at 127.0.0.1:5432 is not reachable: {exc}")
+    require_postgres("postgres")
     mounts = compose["services"]["postgres"]["volumes"]
     assert any("init-warehouse.sql:/docker-entrypoint-initdb.d/" in m for m in mounts)
     warehouse_db = compose["x-airflow-common"]["environment"]["AIRFLOW_CONN_ABM_WAREHOUSE"]
@@ -238,7 +236,7 @@ def test_the_warehouse_init_script_creates_what_the_dags_read(compose: dict[str,
             capture_output=True,
             timeout=60,
         )
-        with psycopg.connect(f"host=127.0.0.1 port=5432 user=postgres dbname={name}") as conn:
+        with psycopg.connect(postgres_dsn(name)) as conn:
             columns = [
                 r[0]
                 for r in conn.execute(
@@ -249,5 +247,5 @@ def test_the_warehouse_init_script_creates_what_the_dags_read(compose: dict[str,
             ]
         assert columns == ["account_id", "account_name", "crm_org_id"]
     finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
+        with psycopg.connect(postgres_dsn("postgres"), autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name}")

@@ -34,9 +34,6 @@ DAG_FILES = sorted(path.name for path in (ROOT / "dags").glob("*.py"))
 
 #: Public by ``__all__`` but deliberately left out of the tables, each with the reason.
 NOT_IN_TABLES = {
-    "ExecutionSelector": "re-exported by triggers.exports for imports from before 0.2.0; it lives in "
-    "abm_provider.exports.selection (docs/internals.md)",
-    "select_execution": "re-exported by triggers.exports for imports from before 0.2.0, as ExecutionSelector",
     "airflow_conf": "the provider's own reader of Airflow's configuration; DAGs use Airflow's conf",
 }
 

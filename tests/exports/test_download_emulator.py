@@ -20,11 +20,11 @@ import pyarrow.parquet as pq
 import pytest
 import requests
 from airflow.sdk.exceptions import AirflowFailException
-from export_helpers import EXPORT_TYPE
 
 from abm_provider.common.urls import UnsafeUrlError
 from abm_provider.exceptions import AbmApiError
 from abm_provider.operators.exports import CreateExportJobOperator, DownloadExecutionCsvOperator
+from support.export_files import EXPORT_TYPE
 
 MiB = 1 << 20
 

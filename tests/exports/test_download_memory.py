@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from export_helpers import EXPORT_TYPE
 
 from abm_provider.operators.exports import CreateExportJobOperator
+from support.export_files import EXPORT_TYPE
 from support.processes import operator_peak
 
 MiB = 1 << 20

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from abm_provider.hooks.abm import AbmHook
+from support.tasks import use_emulator
 
 
 @pytest.fixture
 def abm(emulator: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The emulator, reachable through ``abm_default`` as a DAG would configure it."""
-    conn = {"conn_type": "abm", "host": emulator.base_url, "password": emulator.api_key}
-    monkeypatch.setenv("AIRFLOW_CONN_ABM_DEFAULT", json.dumps(conn))
-    return emulator
+    return use_emulator(emulator, monkeypatch)
 
 
 @pytest.fixture

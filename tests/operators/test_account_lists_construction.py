@@ -31,12 +31,9 @@ from abm_provider.operators.account_lists import (
         ({"accounts": [], "batch_size": 0}, "batch_size must be between 1 and 1000"),
         ({"accounts": [], "column_map": {"account_id": "x"}}, "unknown keys"),
         ({"accounts": [], "default_crm_type": "HUBSPOT"}, "default_crm_type"),
-        ({"accounts": [], "max_rejected_fraction": 1.5}, "max_rejected_fraction must be between 0 and 1"),
         ({"accounts": [], "max_rejected": -1}, "max_rejected must not be negative"),
         ({"accounts": [], "max_rejected": 1.0}, "max_rejected as a fraction must be in \\[0, 1\\)"),
         ({"accounts": [], "max_not_found": True}, "max_not_found must be an int \\(count\\) or a float"),
-        ({"accounts": [], "max_rejected": 0.1, "max_rejected_fraction": 0.1}, "not both max_rejected and"),
-        ({"accounts": [], "on_limit": "ignore"}, "on_limit must be 'fail' or 'warn'"),
         ({"accounts_path": "/data/accounts.json"}, "set file_format"),
         ({"accounts_path": "{{ params.path }}", "file_format": "xlsx"}, "file_format must be 'csv' or"),
         ({"accounts": [], "rejects_path": "/a.csv", "rejects_base": "/b"}, "not both"),
@@ -118,27 +115,3 @@ def test_list_endpoint_shapes_are_normalised_to_create_shapes():
     created_list = {"listId": "l1", "listName": "Top", "folderId": "f1"}
     assert list_resource(created_list) == created_list
     assert list_resource({"id": "l1", "displayName": "Top"}, "f9")["folderId"] == "f9"
-
-
-def test_request_settings_reach_the_hook():
-    op = CreateAccountListFolderOperator(
-        task_id="f",
-        folder_name="x",
-        max_attempts=2,
-        retry_max_wait=0.5,
-        request_timeout=7,
-        hook_params={"max_pages": 3},
-    )
-    assert op.get_hook().hook_params == {
-        "max_pages": 3,
-        "max_attempts": 2,
-        "retry_max_wait": 0.5,
-        "request_timeout": 7,
-    }
-
-
-def test_deprecated_max_wait_still_works_and_warns():
-    with pytest.warns(DeprecationWarning, match="max_wait is deprecated, use retry_max_wait"):
-        op = CreateAccountListFolderOperator(task_id="f", folder_name="x", max_wait=0.5)
-    assert op.retry_max_wait == 0.5
-    assert op.get_hook().hook_params["retry_max_wait"] == 0.5

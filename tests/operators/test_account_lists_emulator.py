@@ -26,6 +26,7 @@ from abm_provider.operators.account_lists import (
     CreateAccountListOperator,
     RemoveAccountsFromListOperator,
 )
+from support.warehouses import duckdb_conn_env
 
 ROWS = 25_000
 ORG = "00D000000000001"  # one Salesforce org, as most users have
@@ -215,7 +216,7 @@ def _write_source(kind: str, rows: list[dict[str, Any]], tmp_path: Path, monkeyp
             "CAST(account_id AS VARCHAR) AS account_id, CAST(account_name AS VARCHAR) AS account_name, "
             "CAST(org AS VARCHAR) AS org, CAST(crm_type AS VARCHAR) AS crm_type FROM crm_rows"
         )
-    monkeypatch.setenv("AIRFLOW_CONN_CRM_DUCKDB", json.dumps({"conn_type": "duckdb", "host": str(db)}))
+    monkeypatch.setenv("AIRFLOW_CONN_CRM_DUCKDB", duckdb_conn_env(db))
     return {
         "sql": "SELECT account_id, account_name, org, crm_type FROM crm_accounts ORDER BY n",
         "sql_conn_id": "crm_duckdb",
@@ -299,7 +300,7 @@ def test_remove_accounts(abm, tmp_path):
     assert json.loads(reject["raw"]) == {"id": None}
 
 
-def test_max_rejected_count_fails_fast_and_deprecated_warn_mode_completes(abm, tmp_path):
+def test_max_rejected_count_fails_fast(abm, tmp_path):
     list_id = _make_list(abm, tmp_path)
     accounts = [{"id": f"001{i:012d}"} for i in range(3000)]
     accounts[1499] = {"id": 1499}
@@ -325,21 +326,8 @@ def test_max_rejected_count_fails_fast_and_deprecated_warn_mode_completes(abm, t
     # the rejects of the failed try are kept, whole
     assert [r["record"] for r in _rejects(err.value.rejects_path)] == ["1500", "2500"]
 
-    with pytest.warns(DeprecationWarning, match="on_limit is deprecated"):
-        warn_only = AddAccountsToListOperator(
-            task_id="add",
-            list_id=list_id,
-            default_crm_org_id=ORG,
-            accounts=accounts,
-            max_rejected=1,
-            on_limit="warn",
-        )
-    summary = warn_only.execute(_context(tmp_path, try_number=2))
-    assert summary["rejected"] == 2 and summary["added"] == 3000 - 2 - 2000
-    assert len(_member_ids(abm, list_id)) == 3000 - 2
 
-
-def test_max_rejected_fraction_and_max_not_found_are_checked_at_the_end(abm, tmp_path):
+def test_a_fraction_max_rejected_and_max_not_found_are_checked_at_the_end(abm, tmp_path):
     list_id = _make_list(abm, tmp_path)
     accounts = [{"id": f"001{i:012d}"} for i in range(3000)]
     accounts[1499] = {"id": 1499}
@@ -356,18 +344,6 @@ def test_max_rejected_fraction_and_max_not_found_are_checked_at_the_end(abm, tmp
         task_id="add", list_id=list_id, default_crm_org_id=ORG, accounts=accounts, max_rejected=0.001
     ).execute(_context(tmp_path, try_number=2))
     assert summary["rejected"] == 2
-
-    with pytest.warns(DeprecationWarning, match="max_rejected_fraction is deprecated"):
-        deprecated = AddAccountsToListOperator(
-            task_id="add",
-            list_id=list_id,
-            default_crm_org_id=ORG,
-            accounts=accounts,
-            max_rejected=None,
-            max_rejected_fraction=0.0005,
-        )
-    with pytest.raises(TooManyRejects, match="more than max_rejected=0.0005"):
-        deprecated.execute(_context(tmp_path, try_number=3))
 
     unknown = [{"id": "999000000000001"}, {"id": "999000000000002"}, {"id": f"001{0:012d}"}]
     with pytest.raises(
@@ -405,7 +381,7 @@ def test_missing_id_column_fails_before_any_request(abm, tmp_path):
     ("rendered", "message"),
     [
         ({"column_map": {"ident": "account_id"}}, "ident"),
-        ({"default_crm_org_id": "   "}, "default_crm_org_id must be a non-empty string"),
+        ({"default_crm_org_id": "   "}, "default_crm_org_id is empty"),
     ],
 )
 def test_a_templated_argument_that_renders_bad_fails_without_retries(abm, tmp_path, rendered, message):

@@ -1,10 +1,11 @@
-"""Helpers for the crash-safety and bad-input tests: warehouse targets in a database of their own, a
-storage origin on 127.0.0.1.
+"""Helpers for the crash-safety and bad-input tests: their warehouses, a storage origin on 127.0.0.1.
 
-The export files and the expectations are ``support.export_files``'s, computed independently of the
-loader (plain ``csv`` and ``decimal``), so a test that compares the loader's table with them can fail;
-a task killed for real is ``support.processes.run_until_killed`` (re-exported here for the tests that
-import it from this module).
+The warehouses are ``support.warehouses``'s, in the crash tests' own PostgreSQL database
+(:data:`~support.warehouses.CRASH`), read back with the database's own driver. The export files and
+the expectations are ``support.export_files``'s, computed independently of the loader (plain ``csv``
+and ``decimal``), so a test that compares the loader's table with them can fail; a task killed for
+real is ``support.processes.run_until_killed`` (re-exported here for the tests that import it from
+this module).
 """
 
 from __future__ import annotations
@@ -12,26 +13,19 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import http.server
-import json
 import threading
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import closing
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from support.export_files import TACTIC_COLUMNS, normalise
-from support.postgres import conn_env, dsn, unusable
 from support.processes import run_until_killed
-from support.warehouses import Warehouse
+from support.warehouses import CRASH, Warehouse, postgres_schema
 
 __all__ = [
-    "PG_DSN",
     "StorageHandler",
-    "Target",
     "duckdb_target",
     "pg_schemas",
     "postgres_target",
@@ -39,104 +33,29 @@ __all__ = [
     "serve",
 ]
 
-#: The crash tests' own PostgreSQL database, so they never touch another suite's tables.
-PG_DATABASE = "abm_crash"
-PG_DSN = dsn(PG_DATABASE)
-
 
 # --- warehouse targets ----------------------------------------------------------------------------
 
 
-class Target(Warehouse):
-    """A table in one warehouse, reached by the operators through an Airflow connection id set in the
-    environment, and read back here with the database's own driver (never through the hooks)."""
-
-    def __init__(self, kind: str, conn_id: str, table: str, duckdb_path: Path | None = None) -> None:
-        super().__init__(kind, conn_id, table)
-        self.duckdb_path = duckdb_path
-
-    def operator_kwargs(self, **extra: Any) -> dict[str, Any]:
-        return {"sql_conn_id": self.conn_id, "table": self.table, **extra}
-
-    def connect(self) -> Any:
-        if self.kind == "duckdb":
-            import duckdb
-
-            return duckdb.connect(str(self.duckdb_path))
-        import psycopg
-
-        return psycopg.connect(PG_DSN)
-
-    def query(self, sql: str) -> list[tuple[Any, ...]]:
-        with closing(self.connect()) as conn:
-            cur = conn.cursor()
-            cur.execute(sql)
-            return list(cur.fetchall())
-
-    def exists(self, table: str | None = None) -> bool:
-        name = table or self.table
-        schema, _, bare = name.rpartition(".")
-        where = f"table_schema = '{schema}'" if schema else "table_schema = current_schema()"
-        rows = self.query(f"SELECT 1 FROM information_schema.tables WHERE {where} AND table_name = '{bare}'")
-        return bool(rows)
-
-    def rows(self) -> list[tuple[Any, ...]]:
-        """Every row with every data column and the execution id, sorted: duplicates stay visible."""
-        if not self.exists():
-            return []
-        columns = ", ".join(f'"{c}"' for c in [*TACTIC_COLUMNS, "_execution_id"])
-        raw = self.query(f"SELECT {columns} FROM {self.table}")
-        out = [
-            tuple(normalise(c, v) for c, v in zip(TACTIC_COLUMNS, r[:-1], strict=True)) + (r[-1],)
-            for r in raw
-        ]
-        return sorted(out, key=repr)
-
-    def ledger_rows(self) -> list[tuple[Any, ...]]:
-        """The ledger's rows (table, execution, digest and counts), oldest first; none without a ledger."""
-        if not self.exists(self.ledger):
-            return []
-        return self.query(
-            "SELECT target_table, execution_id, sha256, rows_loaded, rows_deleted, rows_rejected "
-            f"FROM {self.ledger} ORDER BY loaded_at"
-        )
-
-
-def _env_name(conn_id: str) -> str:
-    return f"AIRFLOW_CONN_{conn_id.upper()}"
-
-
-def duckdb_target(path: Path, monkeypatch: pytest.MonkeyPatch, name: str = "crash_duckdb") -> Target:
-    monkeypatch.setenv(_env_name(name), json.dumps({"conn_type": "duckdb", "host": str(path)}))
-    return Target("duckdb", name, "tactic_perf", duckdb_path=path)
+def duckdb_target(
+    path: Path, monkeypatch: pytest.MonkeyPatch, conn_id: str = CRASH.connection("duckdb")
+) -> Warehouse:
+    """The DuckDB file ``path`` as the connection ``conn_id``, for the test."""
+    return Warehouse("duckdb", conn_id, path).use(monkeypatch)
 
 
 @pytest.fixture
-def pg_schemas() -> Iterator[Any]:
-    """A factory of fresh schemas in the crash database, all dropped after the test."""
-    reason = unusable(PG_DATABASE, create=True)
-    if reason:
-        pytest.skip(reason)
-    import psycopg
-
-    made: list[str] = []
-
-    def make() -> str:
-        schema = f"crash_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(PG_DSN, autocommit=True) as conn:
-            conn.execute(f'CREATE SCHEMA "{schema}"')
-        made.append(schema)
-        return schema
-
-    yield make
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
-        for schema in made:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+def pg_schemas() -> Iterator[Callable[[], str]]:
+    """A factory of fresh schemas in the crash tests' database, all dropped after the test."""
+    with contextlib.ExitStack() as stack:
+        yield lambda: stack.enter_context(postgres_schema(CRASH))
 
 
-def postgres_target(schema: str, monkeypatch: pytest.MonkeyPatch, name: str = "crash_pg") -> Target:
-    monkeypatch.setenv(_env_name(name), conn_env(PG_DATABASE))
-    return Target("postgres", name, f"{schema}.tactic_perf")
+def postgres_target(
+    schema: str, monkeypatch: pytest.MonkeyPatch, conn_id: str = CRASH.connection("postgres")
+) -> Warehouse:
+    """``schema`` of the crash tests' database as the connection ``conn_id``, for the test."""
+    return Warehouse("postgres", conn_id, CRASH.database, schema=schema).use(monkeypatch)
 
 
 # --- a storage origin on 127.0.0.1 ------------------------------------------------------------------

@@ -199,9 +199,11 @@ def test_a_rendered_bad_argument_fails_the_task_naming_it_and_sends_nothing(
         ({"max_rejected": -1}, "max_rejected must not be negative"),
         ({"max_rejected": 1.5}, "max_rejected as a fraction must be in [0, 1)"),
         ({"max_rejected": True}, "max_rejected must be an int (count) or a float"),
-        ({"on_schema_change": "drop"}, "on_schema_change must be one of"),
-        ({"method": "bulk"}, "method must be 'auto', 'native' or 'generic'"),
-        ({"chunk_rows": 0}, "chunk_rows must be positive"),
+        ({"on_schema_change": "drop"}, "on_schema_change must be 'fail' or 'add_columns', got 'drop'"),
+        ({"method": "bulk"}, "method must be one of ['auto', 'native', 'generic'], got 'bulk'"),
+        ({"chunk_rows": 0}, "chunk_rows must be a whole number >= 1, got 0"),
+        ({"chunk_rows": 2.5}, "chunk_rows must be a whole number, got 2.5"),
+        ({"max_executions": True}, "max_executions must be a whole number, got True"),
     ],
     ids=[
         "table_injection",
@@ -213,6 +215,8 @@ def test_a_rendered_bad_argument_fails_the_task_naming_it_and_sends_nothing(
         "schema",
         "method",
         "chunk",
+        "chunk_fraction",
+        "max_executions_bool",
     ],
 )
 def test_loader_arguments_are_checked_at_parse_time(kwargs: dict[str, Any], fragment: str) -> None:

@@ -34,8 +34,9 @@ from abm_provider.exports.archive import read_manifest
 from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
 from support.export_files import csv_bytes, days, download_xcom, expected, tactic_rows, write_export
 from support.processes import run_until_killed
+from support.warehouses import Warehouse
 
-from .badinput_support import Target, duckdb_target, postgres_target
+from .badinput_support import duckdb_target, postgres_target
 
 EXPORT_TYPE = "TACTIC_PERFORMANCE"
 MiB = 1 << 20
@@ -249,7 +250,7 @@ def _files(folder: Path, point: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return first, second
 
 
-def _load(target: Target, source: dict[str, Any]) -> dict[str, Any]:
+def _load(target: Warehouse, source: dict[str, Any]) -> dict[str, Any]:
     return ExecutionCsvToSqlOperator(
         task_id="load", source=source, max_rejected=5, **target.operator_kwargs()
     ).execute(context={})
@@ -257,7 +258,7 @@ def _load(target: Target, source: dict[str, Any]) -> dict[str, Any]:
 
 def _targets(
     kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: Any
-) -> tuple[Target, Target]:
+) -> tuple[Warehouse, Warehouse]:
     """The target the crash happens in, and a reference target that runs uninterrupted."""
     if kind == "duckdb":
         return (
@@ -266,11 +267,6 @@ def _targets(
         )
     make = request.getfixturevalue("pg_schemas")
     return postgres_target(make(), monkeypatch, "crash_pg"), postgres_target(make(), monkeypatch, "crash_pg")
-
-
-def _ledger(target: Target) -> list[tuple[Any, ...]]:
-    """Ledger rows without the table name (which differs between the two targets)."""
-    return [row[1:] for row in target.ledger_rows()]
 
 
 @pytest.mark.parametrize("kind", ["duckdb", "postgres"])
@@ -285,14 +281,14 @@ def test_a_killed_load_is_invisible_and_the_rerun_equals_an_uninterrupted_run(
     # The uninterrupted run: the first execution, then the second.
     _load(reference, ref_first)
     _load(reference, ref_second)
-    want_rows, want_ledger = reference.rows(), _ledger(reference)
+    want_rows, want_ledger = reference.rows(), reference.ledger_rows()
     want_rejects = (tmp_path / "reference" / "n1.csv.rejects.csv").read_text(encoding="utf-8")
     assert len(want_rows) == len(expected("TACTIC_PERFORMANCE", FIRST, SECOND)) and len(want_ledger) == 2
 
     killed = first if point == "first_load_before_commit" else second
     if point != "first_load_before_commit":
         _load(crashed, first)
-    before_rows, before_ledger = crashed.rows(), _ledger(crashed)
+    before_rows, before_ledger = crashed.rows(), crashed.ledger_rows()
 
     run_until_killed(
         tmp_path,
@@ -302,10 +298,10 @@ def test_a_killed_load_is_invisible_and_the_rerun_equals_an_uninterrupted_run(
     )
 
     if point == "after_commit":
-        assert crashed.rows() == want_rows and _ledger(crashed) == want_ledger
+        assert crashed.rows() == want_rows and crashed.ledger_rows() == want_ledger
     else:
         assert crashed.rows() == before_rows, "the killed load changed the table"
-        assert _ledger(crashed) == before_ledger, "the killed load left a ledger row"
+        assert crashed.ledger_rows() == before_ledger, "the killed load left a ledger row"
     if point == "first_load_before_commit":
         assert not crashed.exists() and not crashed.exists(crashed.ledger)
 
@@ -319,7 +315,7 @@ def test_a_killed_load_is_invisible_and_the_rerun_equals_an_uninterrupted_run(
     assert got_rows == want_rows
     keys = [(r[0], r[3]) for r in got_rows]
     assert len(keys) == len(set(keys)), "duplicate natural keys after the re-run"
-    assert _ledger(crashed) == want_ledger
+    assert crashed.ledger_rows() == want_ledger
     rejects = tmp_path / "crash" / "n1.csv.rejects.csv"
     assert rejects.read_text(encoding="utf-8") == want_rejects
     assert not [p for p in rejects.parent.iterdir() if p.name.endswith(".tmp")]

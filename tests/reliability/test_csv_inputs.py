@@ -7,7 +7,7 @@ nothing is created, or the offending records land in the rejects file (line, rea
 good record is in the table, with its values intact. ``docs/bad-inputs.md`` has the same table.
 
 Deeper checks of single rules live in ``tests/transfers/test_load_rejects.py`` and
-``test_load_schema.py``; this matrix is the one place that lists every input a user may send.
+``tests/warehouse/test_checks.py``; this matrix is the one place that lists every input a user may send.
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ from support.export_files import (
     expected,
     tactic_rows,
 )
+from support.warehouses import Warehouse
 
-from .badinput_support import Target, duckdb_target, postgres_target
+from .badinput_support import duckdb_target, postgres_target
 
 GOOD = tactic_rows(days(dt.date(2026, 10, 1), 3), 2, version=1)
 HEADER = csv_bytes([TACTIC_COLUMNS])
@@ -234,10 +235,10 @@ def test_each_csv_input_fails_naming_the_fix_or_rejects_the_record_and_loads_the
     for line, reason in rejected.items():
         assert reason in found[line], (line, found[line])
     ledger = target.ledger_rows()
-    assert [(r[1], r[3], r[5]) for r in ledger] == [("e-1", len(loaded), len(rejected))]
+    assert [(r[0], r[2], r[4]) for r in ledger] == [("e-1", len(loaded), len(rejected))]
 
 
-def _target(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: Any) -> Target:
+def _target(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: Any) -> Warehouse:
     if kind == "duckdb":
         return duckdb_target(tmp_path / "wh.duckdb", monkeypatch)
     return postgres_target(request.getfixturevalue("pg_schemas")(), monkeypatch)

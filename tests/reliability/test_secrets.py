@@ -11,7 +11,7 @@ searched too. Related checks live elsewhere and are not repeated here: the hook-
 errors and storage requests, and origin-bound auth (``tests/hooks/test_secrets.py``); TLS
 verification on by default and a CA bundle from the connection extra, for both hooks
 (``tests/hooks/test_tls.py``); the emulator accepting Bearer and Basic (``tests/emulator/test_auth.py``)
-and the hook using Basic (``tests/hooks/test_hook_emulator.py::test_basic_auth_is_accepted``).
+and the hook using Basic (``tests/hooks/test_abm_emulator.py::test_basic_auth_is_accepted``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from support.warehouses import Warehouse
 
 KEY = "sekret-KEY-7f3a9"
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,16 +93,10 @@ def _fire_once_polled(emulator: Any) -> None:
     emulator.fire("TACTIC_PERFORMANCE", api_key=KEY)
 
 
-def _seed_targets(warehouse: Path) -> None:
-    import duckdb
-
-    with duckdb.connect(str(warehouse)) as con:
-        con.execute(
-            "CREATE TABLE abm_target_accounts (account_id VARCHAR, account_name VARCHAR, crm_org_id VARCHAR)"
-        )
-        rows = [(f"001{i:012d}", f"Account {i}", "00D000000000001") for i in range(40)]
-        rows.append(("BAD ID", "Broken", "00D000000000001"))
-        con.executemany("INSERT INTO abm_target_accounts VALUES (?, ?, ?)", rows)
+def _seed_targets(warehouse: Warehouse) -> None:
+    rows = [(f"001{i:012d}", f"Account {i}", "00D000000000001") for i in range(40)]
+    rows.append(("BAD ID", "Broken", "00D000000000001"))
+    warehouse.replace_table("abm_target_accounts", ["account_id", "account_name", "crm_org_id"], rows)
 
 
 def _database_text() -> str:
@@ -133,14 +129,6 @@ def _files_text(*roots: Path) -> tuple[str, int]:
     return "\n".join(parts), count
 
 
-def _table_count(warehouse: Path, table: str) -> int:
-    import duckdb
-
-    with duckdb.connect(str(warehouse), read_only=True) as con:
-        row = con.execute(f"SELECT COUNT(*) FROM {table}").fetchone()
-    return int(row[0]) if row else 0
-
-
 def test_both_example_dags_leave_the_key_nowhere(
     keyed_emulator: Any,
     airflow_db: Path,
@@ -151,13 +139,10 @@ def test_both_example_dags_leave_the_key_nowhere(
 ) -> None:
     emulator = keyed_emulator
     emulator.reset()
-    warehouse = tmp_path / "warehouse.duckdb"
+    warehouse = Warehouse("duckdb", "abm_warehouse", tmp_path / "warehouse.duckdb").use(monkeypatch)
     _seed_targets(warehouse)
     conn = {"conn_type": "abm", "host": emulator.base_url, "password": KEY, "extra": {"retry_max_wait": 2}}
     monkeypatch.setenv("AIRFLOW_CONN_ABM_DEFAULT", json.dumps(conn))
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_ABM_WAREHOUSE", json.dumps({"conn_type": "duckdb", "host": str(warehouse)})
-    )
     monkeypatch.setenv("AIRFLOW__ABM__STATE_DIR", str(tmp_path / "state"))
     caplog.set_level(logging.DEBUG)
 
@@ -187,8 +172,8 @@ def test_both_example_dags_leave_the_key_nowhere(
     assert set(export_states.values()) == {"success"}, export_states
     assert set(sync_states.values()) == {"success"}, sync_states
     assert emulator.admin("GET", "/_admin/faults")["faults"] == [], "every injected fault fired"
-    assert _table_count(warehouse, "abm_tactic_performance") > 0
-    assert _table_count(warehouse, "abm_sync_members") == 40
+    assert warehouse.count("abm_tactic_performance") > 0
+    assert warehouse.count("abm_sync_members") == 40
 
     errors = _operator_errors(emulator, tmp_path)
     captured = capfd.readouterr()

@@ -27,19 +27,19 @@ from abm_provider.accounts.sync.engine import ListSync
 from abm_provider.accounts.sync.sending import PlannedRun as _Run
 from accounts.sync.sync_support import (
     COLUMNS,
-    Warehouse,
     account_id,
     clear_requests,
     context,
     make_list,
     member_ids,
     membership_requests,
-    open_warehouse,
+    open_sync_warehouse,
     operator,
     rows_for,
     state_ids,
     sync,
 )
+from support.warehouses import Warehouse
 
 _WAIT = 120  # seconds an event may take before the test fails instead of hanging
 
@@ -212,7 +212,7 @@ def test_the_lock_is_held_until_a_failed_sync_ends_then_a_later_sync_completes_i
 
 @pytest.fixture
 def duckdb_warehouse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Warehouse]:
-    with open_warehouse("duckdb", tmp_path, monkeypatch) as found:
+    with open_sync_warehouse("duckdb", tmp_path, monkeypatch) as found:
         yield found
 
 
@@ -271,7 +271,7 @@ def test_a_duckdb_file_open_in_another_process_fails_the_sync_clearly_then_is_wa
 @pytest.mark.parametrize("value", [-1, "soon", float("nan"), float("inf"), True])
 def test_a_bad_lock_timeout_is_refused_when_the_dag_is_parsed(value: Any) -> None:
     with pytest.raises(ValueError, match=r"lock_timeout must be a number of seconds >= 0"):
-        operator(Warehouse("duckdb", "unused", None), "list-1", lock_timeout=value)
+        operator(Warehouse("duckdb", "unused", "unused.duckdb"), "list-1", lock_timeout=value)
 
 
 def test_a_bad_rendered_lock_timeout_fails_the_task_without_retries(duckdb_warehouse: Warehouse) -> None:

@@ -27,7 +27,9 @@ from typing import Any
 import pytest
 import requests
 
-from .badinput_support import PG_DSN, postgres_target, serve
+from support.warehouses import CRASH, postgres_dsn
+
+from .badinput_support import postgres_target, serve
 
 CHILD = Path(__file__).with_name("killed_connection_child.py")
 RATE = 20 * (1 << 20)  # bytes per second: a remote object store's speed
@@ -64,7 +66,7 @@ def test_a_killed_warehouse_connection_mid_stream_never_keeps_the_task_alive(
     schema = pg_schemas()
     target = postgres_target(schema, monkeypatch)
     args = {
-        "dsn": PG_DSN,
+        "dsn": postgres_dsn(CRASH.database),
         "schema": schema,
         "url": paced_export,
         "conn_id": target.conn_id,

@@ -1,9 +1,6 @@
-"""Warehouses for the loader tests: DuckDB file, real PostgreSQL (own schema per test), real MariaDB (own
-database per test), and the generic path.
-
-The generic path runs twice: against PostgreSQL (``method="generic"``) and against SQLite through a
-minimal common-sql ``DbApiHook`` (the SQLite provider is not installed, and no dialect is registered
-for it), so it is exercised on a driver with a different parameter style and no native types.
+"""Fixtures of the loader tests: the warehouses of ``support.warehouses`` (a DuckDB file, a schema of
+the test PostgreSQL, a database of the test MariaDB, the generic path on PostgreSQL and SQLite), and
+the emulator with an export job.
 """
 
 from __future__ import annotations
@@ -13,16 +10,9 @@ from typing import Any
 
 import pytest
 
-from support.warehouses import (
-    make_warehouse,
-    mariadb_database,
-    native_warehouse,
-    pg_conn,
-    pg_schema,
-    warehouse,
-)
+from support.warehouses import make_warehouse, native_warehouse, pg_conn, warehouse
 
-__all__ = ["abm", "mariadb_database", "native_warehouse", "pg_conn", "pg_schema", "target", "warehouse"]
+__all__ = ["abm", "native_warehouse", "pg_conn", "target", "warehouse"]
 
 #: The export the tests that load executions from the emulator fire.
 EXPORT_TYPE = "TACTIC_PERFORMANCE"

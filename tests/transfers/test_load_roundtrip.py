@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from abm_provider.common.rejects import read_rejects
-from support.export_files import TACTIC_COLUMNS, download_xcom, normalise, table_contents
+from support.export_files import TACTIC_COLUMNS, download_xcom, normalise
 
 _SAMPLES = ["a,b", 'say "hi"', "two\nlines", "cr\rinside", " padded ", "Ünïcødé", "\\.", "NULL", ""]
 # Junk may hold NUL, which SQL text cannot; names drawn as valid may not.
@@ -81,10 +81,7 @@ def test_every_record_is_loaded_or_rejected_exactly_once(warehouse, tmp_path, ge
     assert set(rejected) <= set(range(1, len(raws) + 1))
     for r in rejects:
         assert int(r["line"]) == lines[int(r["record"]) - 1]
-    with warehouse_cursor(warehouse) as cur:
-        loaded = (
-            table_contents(cur, table, "TACTIC_PERFORMANCE") if out["rows_loaded"] or not rejected else {}
-        )
+    loaded = warehouse.contents(table=table) if out["rows_loaded"] or not rejected else {}
     assert out["rows_loaded"] + out["rows_rejected"] == len(raws)
     assert len(loaded) == out["rows_loaded"]
 
@@ -104,14 +101,3 @@ def test_every_record_is_loaded_or_rejected_exactly_once(warehouse, tmp_path, ge
     for number, (_, valid) in enumerate(generated, start=1):
         if valid and number in reasons:
             assert reasons[number].startswith("duplicate natural key"), reasons[number]
-
-
-class warehouse_cursor:  # noqa: N801 - used as a context manager like closing()
-    def __init__(self, warehouse):
-        self.conn = warehouse.hook().get_conn()
-
-    def __enter__(self):
-        return self.conn.cursor()
-
-    def __exit__(self, *exc):
-        self.conn.close()

@@ -37,7 +37,7 @@ def pg(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def sibling(warehouse: Any, suffix: str) -> Any:
     """The same warehouse, another table: where the clean load of a test goes."""
-    return type(warehouse)(warehouse.kind, warehouse.conn_id, f"{warehouse.table}{suffix}", warehouse.method)
+    return warehouse.with_table(f"{warehouse.table.rpartition('.')[2]}{suffix}")
 
 
 def fire(abm: Any, size: int) -> dict[str, Any]:

@@ -35,7 +35,7 @@ def executions(ids: list[str]) -> list[dict[str, Any]]:
 
 def one_by_one(target: Any, ids: list[str]) -> dict[Any, Any]:
     """The table that loading each execution in turn, oldest first, gives (in a table of its own)."""
-    clean = type(target)(target.kind, target.conn_id, f"{target.table}_one_by_one", target.method)
+    clean = target.with_table(f"{target.table.rpartition('.')[2]}_one_by_one")
     for execution in executions(ids):
         clean.operator(source=execution).execute(context={})
     return clean.contents()
@@ -93,10 +93,10 @@ def test_unloaded_without_an_export_type_fails_naming_the_argument(abm: Any, tar
         target.operator(source=UNLOADED).execute(context={})
 
 
-def test_max_executions_must_be_positive() -> None:
+def test_max_executions_must_be_a_whole_number_from_one() -> None:
     from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
 
-    with pytest.raises(ValueError, match="max_executions must be positive"):
+    with pytest.raises(ValueError, match="max_executions must be a whole number >= 1, got 0"):
         ExecutionCsvToSqlOperator(
             task_id="t",
             source=UNLOADED,

@@ -12,9 +12,9 @@ missing column.
 from __future__ import annotations
 
 import datetime as dt
-import sqlite3
-import uuid
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, closing
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,10 +39,7 @@ from abm_provider.warehouse.ledger import (
     newer_sql,
 )
 from abm_provider.warehouse.schema import TableName
-from support.postgres import dsn, unusable
-from support.warehouses import MARIADB, SqliteTestHook
-
-LEDGER = TableName(None, "abm_load_ledger")
+from support.warehouses import LOADS, SqliteTestHook, Warehouse, mariadb_database, postgres_schema
 
 T = [dt.datetime(2026, 10, day, 6, 0) for day in range(1, 8)]  # T[0] < T[1] < ... (naive UTC)
 
@@ -74,44 +71,26 @@ class Database:
 
 
 @pytest.fixture(params=["sqlite", "duckdb", "postgres", "mariadb"])
-def db(request: Any, tmp_path: Any) -> Iterator[Database]:
-    if request.param == "sqlite":
-        conn = sqlite3.connect(tmp_path / "ledger.sqlite", isolation_level=None)
-        yield Database("sqlite", conn, GenericDialect(SqliteTestHook(tmp_path / "unused.sqlite")), LEDGER)
-        conn.close()
-    elif request.param == "duckdb":
-        import duckdb
-
-        conn = duckdb.connect(str(tmp_path / "ledger.duckdb"))
-        yield Database("duckdb", conn, DuckDBDialect(None), LEDGER)
-        conn.close()
-    elif request.param == "postgres":
-        reason = unusable()
-        if reason:
-            pytest.skip(reason)
-        import psycopg
-
-        schema = f"abm_ledger_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(dsn(), autocommit=True) as conn:
-            conn.execute(f'CREATE SCHEMA "{schema}"')
-            yield Database("postgres", conn, PostgresDialect(None), TableName(schema, "abm_load_ledger"))
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-    else:
-        from contextlib import closing
-
-        import MySQLdb
-
-        try:
-            server = MySQLdb.connect(**MARIADB, autocommit=True)
-        except MySQLdb.OperationalError as exc:
-            pytest.skip(f"MariaDB at 127.0.0.1:3306 (user root, no password) is not reachable: {exc}")
-        database = f"abm_ledger_{uuid.uuid4().hex[:10]}"
-        with closing(server):
-            server.cursor().execute(f"CREATE DATABASE `{database}`")
-            try:
-                yield Database("mariadb", server, MySQLDialect(None), TableName(database, "abm_load_ledger"))
-            finally:
-                server.cursor().execute(f"DROP DATABASE `{database}`")
+def db(request: Any, tmp_path: Path) -> Iterator[Database]:
+    """One connection to a database of the test's own: a file, a PostgreSQL schema, a MariaDB database."""
+    kind = request.param
+    with ExitStack() as stack:
+        if kind in ("sqlite", "duckdb"):
+            warehouse = Warehouse(kind, "ledger", tmp_path / f"ledger.{kind}")
+        elif kind == "postgres":
+            schema = stack.enter_context(postgres_schema())
+            warehouse = Warehouse(kind, "ledger", LOADS.database, schema=schema)
+        else:
+            database = stack.enter_context(mariadb_database())
+            warehouse = Warehouse(kind, "ledger", database, schema=database)
+        dialect = {
+            "sqlite": lambda: GenericDialect(SqliteTestHook(tmp_path / "unused.sqlite")),
+            "duckdb": lambda: DuckDBDialect(None),
+            "postgres": lambda: PostgresDialect(None),
+            "mariadb": lambda: MySQLDialect(None),
+        }[kind]()
+        conn = stack.enter_context(closing(warehouse.connect(autocommit=True)))
+        yield Database(kind, conn, dialect, TableName(warehouse.schema, "abm_load_ledger"))
 
 
 def entry(

@@ -19,7 +19,7 @@ import pytest
 from abm_provider.warehouse.lineage import table_dataset
 from abm_provider.warehouse.schema import TableName
 from support.export_files import TACTIC_COLUMNS, days, download_xcom, tactic_rows, write_csv
-from support.warehouses import Warehouse, duckdb_conn_env, require_postgres
+from support.warehouses import Warehouse, duckdb_conn_env, postgres_conn_env, require_postgres
 
 
 class StubHook:
@@ -105,10 +105,8 @@ def test_duckdb_is_named_by_its_database_file_with_main_as_the_default_schema(
 def test_postgres_is_named_by_its_server_and_database(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.providers.postgres.hooks.postgres import PostgresHook
 
-    from support.postgres import conn_env
-
     require_postgres()
-    monkeypatch.setenv("AIRFLOW_CONN_WH_PG", conn_env("test"))
+    monkeypatch.setenv("AIRFLOW_CONN_WH_PG", postgres_conn_env("test"))
     hook = PostgresHook(postgres_conn_id="wh_pg")
     assert names(hook, "tactic", "reports.tactic") == [
         ("postgres://127.0.0.1:5432", "test.public.tactic"),
@@ -122,8 +120,7 @@ def test_the_loaders_output_is_the_table_so_named_with_its_schema_and_row_count(
     """``ExecutionCsvToSqlOperator`` reports the file it read and the table it wrote, named as above."""
     from airflow.providers.duckdb.hooks.duckdb import DuckDBHook
 
-    monkeypatch.setenv("AIRFLOW_CONN_WH_DUCKDB", duckdb_conn_env(tmp_path / "wh.duckdb"))
-    warehouse = Warehouse("duckdb", "wh_duckdb", "tactic_perf")
+    warehouse = Warehouse("duckdb", "wh_duckdb", tmp_path / "wh.duckdb").use(monkeypatch)
     rows = tactic_rows(days(dt.date(2026, 10, 1), 2), 3, version=1)
     source = download_xcom(write_csv(tmp_path / "e1.csv", TACTIC_COLUMNS, rows), "e1")
     operator = warehouse.operator(source=source)

@@ -2,7 +2,7 @@
 
 It lets PostgreSQL skip its row-by-row check, so a wrong "all pass" would let a bad value reach the
 cast (and fail the load) instead of the rejects file. These tests hold it to the Python rules of
-:func:`abm_provider.warehouse.schema.convert`, which ``tests/transfers/test_rules_sql.py`` holds the
+:func:`abm_provider.warehouse.schema.convert`, which ``tests/warehouse/test_rules_sql.py`` holds the
 SQL rules to.
 """
 

@@ -46,7 +46,6 @@ from abm_provider.common.progress import RowProgress
 from abm_provider.common.rejects import (
     Limit,
     RejectsWriter,
-    TooManyRejects,
     check_rejects,
     describe_reject,
     raw_json,
@@ -58,8 +57,6 @@ if TYPE_CHECKING:
     from abm_provider.hooks.results import AccountsResult
 
 Action = Literal["add", "remove"]
-#: Values of the deprecated ``on_limit`` argument: ``"warn"`` only logs a passed limit.
-OnLimit = Literal["fail", "warn"]
 #: Valid accounts, each with the source row it came from, so a not-found answer can point back at it.
 Batch = list[tuple[dict[str, str], SourceRow]]
 
@@ -82,7 +79,6 @@ class MembershipSettings:
         the service.
     :param batch_size: accounts per request (at most 1000).
     :param max_rejected: / ``max_not_found``: limits as :mod:`abm_provider.common.rejects` defines them.
-    :param on_limit: ``"warn"`` (deprecated) logs a passed limit instead of failing.
     :param progress_interval: seconds between progress lines.
     :param max_in_flight: requests open at once.
     """
@@ -95,7 +91,6 @@ class MembershipSettings:
     batch_size: int = MAX_BATCH_SIZE
     max_rejected: Limit = 0
     max_not_found: Limit = None
-    on_limit: OnLimit = "fail"
     progress_interval: float = 5.0
     max_in_flight: int = 2
 
@@ -243,7 +238,6 @@ class MembershipRun:
             raise AirflowFailException(str(err)) from err
         self._counts: dict[str, int] = {}
         self._examples: list[str] = []
-        self._count_limit_passed = False
 
     def run(self, source: AccountSource, rejects_path: ObjectStoragePath) -> MembershipResult:
         """Send every valid row of ``source``; fail past a reject limit; return the counts.
@@ -254,7 +248,6 @@ class MembershipRun:
         settings = self.settings
         self._counts = dict.fromkeys(_COUNTS, 0)
         self._examples = []
-        self._count_limit_passed = False
         progress = RowProgress(
             self.log, f"{settings.action} list {settings.list_id}", settings.progress_interval
         )
@@ -308,8 +301,8 @@ class MembershipRun:
             if len(self._examples) < _EXAMPLES:
                 self._examples.append(describe_reject(invalid.reason, row.row_number, row.line))
             limit = self.settings.max_rejected
-            if not self._count_limit_passed and isinstance(limit, int):
-                self._count_limit_passed = self._check_limit(
+            if isinstance(limit, int):
+                check_rejects(
                     self._counts["rejected"],
                     limit,
                     total=row.row_number,
@@ -336,10 +329,9 @@ class MembershipRun:
         hooks = PerThread(self.new_hook)
 
         def send(batch: Batch) -> AccountsResult:
-            hook = hooks.get()
-            call = hook.add_accounts if settings.action == "add" else hook.remove_accounts
             # One request's worth; the hook splits further only if given more than a batch.
-            return call(
+            return hooks.get().change_membership(
+                settings.action,
                 settings.list_id,
                 [account for account, _ in batch],
                 batch_size=settings.batch_size,
@@ -382,15 +374,15 @@ class MembershipRun:
                 result.not_found,
                 result.rejects_path,
             )
-        if not self._count_limit_passed:
-            self._check_limit(
-                result.rejected,
-                self.settings.max_rejected,
-                total=result.rows,
-                examples=self._examples,
-                rejects_path=result.rejects_path,
-            )
-        self._check_limit(
+        # A count limit passed was raised as it was met (:meth:`_on_invalid`); a share is judged here.
+        check_rejects(
+            result.rejected,
+            self.settings.max_rejected,
+            total=result.rows,
+            examples=self._examples,
+            rejects_path=result.rejects_path,
+        )
+        check_rejects(
             result.not_found,
             self.settings.max_not_found,
             total=result.rows,
@@ -398,20 +390,6 @@ class MembershipRun:
             what="accounts were not found by the service",
             rejects_path=result.rejects_path,
         )
-
-    def _check_limit(self, count: int, limit: Limit, **kwargs: Any) -> bool:
-        """Fail past ``limit`` (:func:`~abm_provider.common.rejects.check_rejects`); tell if it was passed.
-
-        With the deprecated ``on_limit="warn"`` a passed limit is only logged.
-        """
-        try:
-            check_rejects(count, limit, **kwargs)
-        except TooManyRejects as err:
-            if self.settings.on_limit != "warn":
-                raise
-            self.log.warning("%s (on_limit='warn': continuing)", err)
-            return True
-        return False
 
 
 def _write_row(rejects: RejectsWriter, reason: str, row: SourceRow) -> None:

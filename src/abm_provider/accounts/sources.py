@@ -11,12 +11,13 @@ import io
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.sdk import ObjectStoragePath
 
 from abm_provider.accounts.validation import MalformedRecord, SourceRow
+from abm_provider.common.arguments import check_choice
 from abm_provider.common.paths import as_storage_path, is_local
 from abm_provider.common.sql import sql_hook
 from abm_provider.warehouse.dialects import dialect_for
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from abm_provider.warehouse.dialects import Dialect
 
 FileFormat = Literal["csv", "parquet"]
+#: The file formats an accounts file may have, as ``file_format`` names them.
+FILE_FORMATS: tuple[FileFormat, ...] = ("csv", "parquet")
 
 _COMPRESSION_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zstd", ".lz4", ".snappy")
 
@@ -45,10 +48,7 @@ class OpenedSource:
 def detect_file_format(path: str, file_format: str | None = None) -> FileFormat:
     """Pick CSV or Parquet from an explicit setting or the file name (compression suffix ignored)."""
     if file_format is not None:
-        lowered = file_format.lower()
-        if lowered not in ("csv", "parquet"):
-            raise ValueError(f"file_format must be 'csv' or 'parquet', got {file_format!r}")
-        return "csv" if lowered == "csv" else "parquet"
+        return check_choice(str(file_format).lower(), "file_format", FILE_FORMATS)
     name = path.lower()
     for suffix in _COMPRESSION_SUFFIXES:
         if name.endswith(suffix):
@@ -278,8 +278,10 @@ class WarehouseQuery:
     is_table: bool = False
 
 
+@dataclass
 class SqlSource:
-    """Rows of a SQL query run through any common-sql ``DbApiHook`` connection.
+    """Rows of a SQL query (``sql``), or of a whole ``table``, run through any common-sql ``DbApiHook``
+    connection.
 
     Rows are fetched with ``fetchmany`` on the connection's dialect's streaming cursor: a server-side
     cursor where the driver has one (PostgreSQL named cursors, MySQL ``SSCursor``), DuckDB's own
@@ -289,24 +291,17 @@ class SqlSource:
 
     description = "SQL query"
 
-    def __init__(
-        self,
-        sql: str | None,
-        sql_conn_id: str,
-        *,
-        table: TableName | None = None,
-        parameters: Mapping[str, Any] | Sequence[Any] | None = None,
-        hook_params: Mapping[str, Any] | None = None,
-        fetch_size: int = 1000,
-    ) -> None:
-        if (sql is None) == (table is None):
+    sql: str | None
+    sql_conn_id: str
+    _: KW_ONLY
+    table: TableName | None = None
+    parameters: Mapping[str, Any] | Sequence[Any] | None = None
+    hook_params: Mapping[str, Any] | None = None
+    fetch_size: int = 1000
+
+    def __post_init__(self) -> None:
+        if (self.sql is None) == (self.table is None):
             raise ValueError("SqlSource takes a query (sql) or a table, not both and not neither")
-        self.sql = sql
-        self.table = table
-        self.sql_conn_id = sql_conn_id
-        self.parameters = parameters
-        self.hook_params = dict(hook_params or {})
-        self.fetch_size = fetch_size
 
     def query_on(self, conn_id: str, dialect: Dialect) -> WarehouseQuery | None:
         """The source as a query that connection ``conn_id`` (spoken as ``dialect``) runs itself.

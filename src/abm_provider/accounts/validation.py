@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from abm_provider.common.arguments import check_text, check_whole
 from abm_provider.hooks.endpoints import MAX_ACCOUNTS_PER_REQUEST as MAX_BATCH_SIZE
 from abm_provider.hooks.endpoints import check_batch_size
 
@@ -117,19 +118,17 @@ class AccountValidator:
         default_crm_org_id: str | None = None,
     ) -> None:
         self.column_map = normalise_column_map(column_map)
-        if default_crm_org_id is not None and not default_crm_org_id.strip():
-            raise ValueError("default_crm_org_id must be a non-empty string or None")
-        self.default_crm_org_id = default_crm_org_id.strip() if default_crm_org_id else None
+        if default_crm_org_id is not None:
+            default_crm_org_id = check_text(default_crm_org_id, "default_crm_org_id").strip()
+        self.default_crm_org_id = default_crm_org_id
         self.fields = tuple(fields)
         self.crm_types = frozenset(crm_types)
         if default_crm_type is not None and default_crm_type not in self.crm_types:
             raise ValueError(
                 f"default_crm_type {default_crm_type!r} is not a known crmType {sorted(self.crm_types)}"
             )
-        if max_field_length < 1:
-            raise ValueError("max_field_length must be at least 1")
         self.default_crm_type = default_crm_type
-        self.max_field_length = max_field_length
+        self.max_field_length = check_whole(max_field_length, "max_field_length", 1)
         self.id_column = self.column_map["id"]
         self._optional = [(f, self.column_map[f]) for f in ("name", "crmOrgId") if f in self.fields]
         # Only ``id`` is required by the service: it fills a missing crmOrgId with the customer's CRM

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Generic, Protocol, TypeVar
 
+from abm_provider.common.arguments import check_whole
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -31,11 +33,7 @@ MAX_IN_FLIGHT = 8
 
 def check_in_flight(value: object, name: str = "max_in_flight") -> int:
     """Return ``value`` if it is a whole number in ``1..MAX_IN_FLIGHT``, else raise naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be a whole number, got {value!r}")
-    if not 1 <= value <= MAX_IN_FLIGHT:
-        raise ValueError(f"{name} must be between 1 and {MAX_IN_FLIGHT}, got {value}")
-    return value
+    return check_whole(value, name, 1, MAX_IN_FLIGHT)
 
 
 def in_order(
@@ -57,8 +55,7 @@ def in_order(
     the error is raised, so nothing already sent goes uncounted.
     """
     check_in_flight(max_in_flight)
-    if isinstance(queued, bool) or not isinstance(queued, int) or queued < 0:
-        raise ValueError(f"queued must be a whole number >= 0, got {queued!r}")
+    check_whole(queued, "queued", 0)
     pending: deque[tuple[T, Future[R]]] = deque()
     pool = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix=thread_name)
     source = iter(items)

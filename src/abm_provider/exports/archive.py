@@ -26,6 +26,7 @@ from typing import IO, Any
 
 from airflow.sdk import ObjectStoragePath
 
+from abm_provider.common.byte_count import check_byte_count
 from abm_provider.common.paths import is_local, local_path
 
 MANIFEST_SUFFIX = ".manifest.json"
@@ -239,10 +240,10 @@ def check_integrity(
 ) -> bool:
     """Raise if the bytes do not match ``Content-Length`` or an MD5 ``ETag``; True if the ETag was checked.
 
-    ``md5_hex`` is the content's MD5 (``None`` when it was not computed, e.g. the ETag is no MD5).
+    ``md5_hex`` is the content's MD5 (``None`` when it was not computed, e.g. the ETag is no MD5). A
+    wrong length raises :class:`~abm_provider.common.byte_count.ByteCountMismatch` (a ``ValueError``).
     """
-    if content_length is not None and written != content_length:
-        raise ValueError(f"{what}: received {written} bytes but Content-Length announced {content_length}")
+    check_byte_count(written, content_length, what=what, basis="Content-Length announced")
     expected = md5_etag(etag)
     if expected is None or md5_hex is None:
         return False

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from airflow.sdk import ObjectStoragePath
 
+from abm_provider.common.byte_count import ByteCountMismatch, check_byte_count
 from abm_provider.common.paths import as_storage_path, default_state_dir, is_local, local_path, safe_key
 from abm_provider.common.progress import ByteProgress
 from abm_provider.common.urls import UnsafeUrlError, check_url, safe_url
@@ -235,9 +236,17 @@ class ExecutionDownload:
             )
             return None
         sha, size = file_sha256(target)
-        if sha != manifest.get("file_sha256") or size != manifest.get("file_bytes"):
+        try:
+            check_byte_count(size, manifest.get("file_bytes"), what=str(target), basis="its manifest records")
+        except ByteCountMismatch as why:
+            self.log.warning("%s; downloading again", why)
+            return None
+        if sha != manifest.get("file_sha256"):
             self.log.warning(
-                "%s does not match its manifest (sha256 %s, %d bytes); downloading again", target, sha, size
+                "%s has sha256 %s but its manifest records %s; downloading again",
+                target,
+                sha,
+                manifest.get("file_sha256"),
             )
             return None
         self.log.info(
@@ -328,12 +337,9 @@ class ExecutionDownload:
                     md5_hex=md5_hex,
                     what=label,
                 )
+                check_byte_count(sink.count, result.bytes, what=f"{label}'s file", basis="the hook read")
             except ValueError as err:
                 raise AirflowException(str(err)) from err
-            if result.bytes != sink.count:
-                raise AirflowException(
-                    f"{label}: the hook reports {result.bytes} bytes but {sink.count} reached the file"
-                )
             sha256 = result.sha256
             remove_manifest(target)
             out.commit()
@@ -342,10 +348,12 @@ class ExecutionDownload:
             file_sha, file_bytes = file_sha256(target)
         else:
             file_sha, file_bytes = sha256, stored_size(target)
-            if file_bytes != sink.count:
-                raise AirflowException(
-                    f"{label}: {target} holds {file_bytes} bytes, {sink.count} were written"
+            try:
+                check_byte_count(
+                    file_bytes, sink.count, what=f"{label}: {target}", basis="the download wrote"
                 )
+            except ValueError as err:
+                raise AirflowException(str(err)) from err
         summary = {
             "path": display(target),
             "bytes": sink.count,

@@ -16,7 +16,7 @@ from abm_provider.common.urls import DEFAULT_BASE_URL, UnsafeUrlError
 from abm_provider.exceptions import AbmApiError
 from abm_provider.hooks._pipeline import Call, Pipeline
 from abm_provider.hooks.endpoints import executions_call, folders_call
-from abm_provider.hooks.settings import AbmSettings, Limits, renamed
+from abm_provider.hooks.settings import AbmSettings, Limits
 
 #: What a listing gives: an iterator of items for the sync hook, an async iterator for the async one.
 Pages = TypeVar("Pages")
@@ -27,8 +27,7 @@ class AbmHookBase(BaseHook, Generic[Pages]):
 
     :param abm_conn_id: connection of type ``abm``: host = base URL, password = API key.
     :param limits: request settings that win over the connection extra, by the names of
-        :class:`~abm_provider.hooks.settings.Limits` (``max_wait`` and ``timeout`` are the deprecated
-        names of ``retry_max_wait`` and ``request_timeout``); ``None`` means "as the connection says".
+        :class:`~abm_provider.hooks.settings.Limits`; ``None`` means "as the connection says".
     """
 
     conn_name_attr = "abm_conn_id"
@@ -39,7 +38,7 @@ class AbmHookBase(BaseHook, Generic[Pages]):
     def __init__(self, abm_conn_id: str = default_conn_name, **limits: Any) -> None:
         super().__init__()
         self.abm_conn_id = abm_conn_id
-        self.hook_params = renamed(limits, type(self).__name__)
+        self.hook_params = dict(limits)
         unknown = sorted(set(self.hook_params) - set(Limits.names()))
         if unknown:
             raise TypeError(

@@ -13,13 +13,15 @@ import hashlib
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 from urllib.parse import urljoin, urlsplit
 
 import requests
 import tenacity
 
+from abm_provider.common.arguments import check_whole
+from abm_provider.common.byte_count import ByteCountMismatch, check_byte_count
 from abm_provider.common.urls import UnsafeUrlError, check_url, safe_url, url_origin
 from abm_provider.exceptions import EXCERPT_CHARS, AbmApiError, UnexpectedBody
 from abm_provider.hooks._pipeline import USER_AGENT, Answer, Attempts, Call, ErrorBody, Pipeline, Prepared
@@ -36,8 +38,7 @@ class Download:
     """One download of ``uri`` into ``fileobj`` with an :class:`~.abm.AbmHook`'s pipeline and transport."""
 
     def __init__(self, hook: Any, uri: str, fileobj: BinaryIO, chunk_size: int, on_progress: Any) -> None:
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-            raise ValueError(f"chunk_size must be a positive number of bytes, got {chunk_size!r}")
+        check_whole(chunk_size, "chunk_size", 1)
         self.pipeline: Pipeline = hook.pipeline
         self.transport: RequestsTransport = hook.transport
         self.log, self.limits = hook.log, self.pipeline.limits
@@ -195,12 +196,23 @@ class Download:
         readinto = getattr(getattr(raw, "_fp", None), "readinto", None) or raw.readinto
         try:
             pump(readinto, (self.digest.update, self._write), self.chunk_size, self._progress)
-        finally:
-            if self.total is not None and self.written > self.total:
-                message = f"received {self.written} bytes, more than the announced {self.total}"
-                raise self.pipeline.error(self.call, "malformed", message, status, headers)
-        if self.total is not None and self.written < self.total:
-            raise prepared.fail("lost", f"body ended after {self.written} of {self.total} bytes")
+        finally:  # more bytes than announced is a malformed answer, whatever else ended the body
+            self._check_count(prepared, status, headers, complete=False)
+        self._check_count(prepared, status, headers)
+
+    def _check_count(
+        self, prepared: Prepared, status: int, headers: Mapping[str, str], complete: bool = True
+    ) -> None:
+        """The bytes so far against the announced size: fewer once the body ended is a lost connection
+        (the download resumes), more is a malformed answer (no retry can help)."""
+        try:
+            check_byte_count(
+                self.written, self.total, what="the download", basis="the server announced", complete=complete
+            )
+        except ByteCountMismatch as err:
+            if err.short:
+                raise prepared.fail("lost", str(err)) from None
+            raise self.pipeline.error(self.call, "malformed", str(err), status, headers) from None
 
 
 def _content_range(value: str | None) -> tuple[int | None, int | None]:

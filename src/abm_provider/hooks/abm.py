@@ -14,11 +14,12 @@ import email.utils
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from itertools import islice
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, TypedDict, Unpack
 
 import requests
 import tenacity
 
+from abm_provider.common.arguments import check_choice, check_text
 from abm_provider.common.urls import path_segment
 from abm_provider.exceptions import AbmApiError
 from abm_provider.hooks._async import AbmAsyncHook
@@ -32,11 +33,14 @@ from abm_provider.hooks.connection_form import ui_field_behaviour
 from abm_provider.hooks.endpoints import (
     EXPORT_JOBS_PATH,
     FOLDERS_PATH,
+    IF_EXISTS,
+    JOB_IF_EXISTS,
     LISTS_PATH,
     MAX_ACCOUNTS_PER_REQUEST,
+    IfExists,
+    JobIfExists,
     account_payloads,
     check_batch_size,
-    check_name,
     create_folder_call,
     create_job_call,
     create_list_call,
@@ -51,8 +55,6 @@ from abm_provider.hooks.settings import AbmSettings, connection_name, is_test_co
 
 __all__ = ["MAX_ACCOUNTS_PER_REQUEST", "AbmAsyncHook", "AbmHook"]
 
-IfExists = Literal["reuse", "create", "fail"]
-JobIfExists = Literal["ignore", "fail"]
 #: A connection test answers in the UI, so it makes one short attempt instead of the full budget.
 _TEST_CONNECTION_TIMEOUT = 15.0
 #: Longest part of an unusable ``Date`` header a warning quotes.
@@ -73,6 +75,15 @@ def _http_date(value: str | None) -> datetime | None:
         return when.astimezone(UTC).replace(microsecond=0)
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
+
+
+class MembershipOptions(TypedDict, total=False):
+    """The options of :meth:`AbmHook.change_membership` that :meth:`AbmHook.add_accounts` and
+    :meth:`AbmHook.remove_accounts` pass on (its signature has their defaults)."""
+
+    batch_size: int
+    on_batch: Callable[[BatchResult], None] | None
+    keep_not_found: bool
 
 
 class AbmHook(AbmHookBase[Iterator[dict[str, Any]]]):
@@ -223,8 +234,8 @@ class AbmHook(AbmHookBase[Iterator[dict[str, Any]]]):
         ``"fail"`` (``AbmApiError`` 409) when one exists. Listed once before a create; after an unknown
         outcome, listed again: exactly one new folder of that name is the one this call made.
         """
-        check_name(folder_name, "folder_name")
-        check_name(folder_access, "folder_access")
+        check_text(folder_name, "folder_name")
+        check_text(folder_access, "folder_access")
         matches = [f for f in self.iter_folders() if f.get("name") == folder_name]
         chosen = self._existing(matches, if_exists, f"folder {folder_name!r}", folder_resource, FOLDERS_PATH)
         if chosen is not None:
@@ -240,8 +251,8 @@ class AbmHook(AbmHookBase[Iterator[dict[str, Any]]]):
 
     def ensure_list(self, list_name: str, folder_id: str, if_exists: IfExists = "reuse") -> dict[str, Any]:
         """The list ``list_name`` in ``folder_id``: reused, created or refused, as :meth:`ensure_folder`."""
-        check_name(list_name, "list_name")
-        check_name(folder_id, "folder_id")
+        check_text(list_name, "list_name")
+        check_text(folder_id, "folder_id")
         listed = (list_resource(i, folder_id) for i in self.iter_account_lists([folder_id]))
         matches = [i for i in listed if is_list(i, list_name, folder_id)]
         what = f"list {list_name!r} in folder {folder_id}"
@@ -260,8 +271,7 @@ class AbmHook(AbmHookBase[Iterator[dict[str, Any]]]):
         path: str,
     ) -> dict[str, Any] | None:
         """The match to reuse (the oldest: the one earlier runs have been reusing), or ``None``."""
-        if if_exists not in ("reuse", "create", "fail"):
-            raise ValueError(f"if_exists must be 'reuse', 'create' or 'fail', got {if_exists!r}")
+        check_choice(if_exists, "if_exists", IF_EXISTS)
         if not matches or if_exists == "create":
             return None
         shaped = [shape(m) for m in matches]
@@ -283,43 +293,22 @@ class AbmHook(AbmHookBase[Iterator[dict[str, Any]]]):
 
     # -- membership ---------------------------------------------------------------------------------
 
-    def add_accounts(
-        self,
-        list_id: str,
-        accounts: Iterable[Mapping[str, Any]],
-        *,
-        batch_size: int = MAX_ACCOUNTS_PER_REQUEST,
-        on_batch: Callable[[BatchResult], None] | None = None,
-        keep_not_found: bool = True,
-    ) -> AccountsResult:
-        """Add accounts (any iterable, read lazily) in requests of at most ``batch_size`` (max 1000),
-        each retried freely (an account already on the list is a duplicate). ``on_batch`` sees each
-        answer; ``keep_not_found=False`` keeps only the count of unknown accounts.
-        """
-        return self._membership("add", list_id, accounts, batch_size, on_batch, keep_not_found)
-
-    def remove_accounts(
-        self,
-        list_id: str,
-        accounts: Iterable[Mapping[str, Any]],
-        *,
-        batch_size: int = MAX_ACCOUNTS_PER_REQUEST,
-        on_batch: Callable[[BatchResult], None] | None = None,
-        keep_not_found: bool = True,
-    ) -> AccountsResult:
-        """Remove accounts as :meth:`add_accounts` adds them; ``applied`` counts those removed, and one
-        sent but not reported removed counts as not found. ``name`` is not sent."""
-        return self._membership("remove", list_id, accounts, batch_size, on_batch, keep_not_found)
-
-    def _membership(
+    def change_membership(
         self,
         action: str,
         list_id: str,
         accounts: Iterable[Mapping[str, Any]],
-        batch_size: int,
-        on_batch: Callable[[BatchResult], None] | None,
-        keep_not_found: bool,
+        *,
+        batch_size: int = MAX_ACCOUNTS_PER_REQUEST,
+        on_batch: Callable[[BatchResult], None] | None = None,
+        keep_not_found: bool = True,
     ) -> AccountsResult:
+        """``"add"`` or ``"remove"`` accounts (any iterable, read lazily) in requests of at most
+        ``batch_size`` (max 1000), each retried freely: an account already on the list is a duplicate, one
+        sent for removal but not reported removed counts as not found. ``on_batch`` sees each answer;
+        ``keep_not_found=False`` keeps only the count of unknown accounts. ``name`` is not sent to remove.
+        """
+        check_choice(action, "action", ("add", "remove"))
         path = f"{LISTS_PATH}/{path_segment(list_id, 'list_id')}/accounts/{action}"
         check_batch_size(batch_size)
         if isinstance(accounts, (str, bytes, Mapping)):
@@ -339,6 +328,18 @@ class AbmHook(AbmHookBase[Iterator[dict[str, Any]]]):
             index += 1
             offset += len(batch)
         return result
+
+    def add_accounts(
+        self, list_id: str, accounts: Iterable[Mapping[str, Any]], **options: Unpack[MembershipOptions]
+    ) -> AccountsResult:
+        """Add accounts to the list (:meth:`change_membership`); ``applied`` counts those added."""
+        return self.change_membership("add", list_id, accounts, **options)
+
+    def remove_accounts(
+        self, list_id: str, accounts: Iterable[Mapping[str, Any]], **options: Unpack[MembershipOptions]
+    ) -> AccountsResult:
+        """Remove accounts from the list (:meth:`change_membership`); ``applied`` counts those removed."""
+        return self.change_membership("remove", list_id, accounts, **options)
 
     # -- export jobs ----------------------------------------------------------------------------------
 
@@ -372,8 +373,7 @@ class AbmHook(AbmHookBase[Iterator[dict[str, Any]]]):
         ``if_exists="fail"`` raises ``AbmApiError`` 409 instead. An unknown outcome is settled by
         looking whether the job exists now.
         """
-        if if_exists not in ("ignore", "fail"):
-            raise ValueError(f"if_exists must be 'ignore' or 'fail', got {if_exists!r}")
+        check_choice(if_exists, "if_exists", JOB_IF_EXISTS)
         if if_exists == "fail" and self.job_exists(export_type):
             raise self._exists(
                 EXPORT_JOBS_PATH, f"an export job of type {export_type} already exists (if_exists='fail')"

@@ -4,8 +4,9 @@ listing items in the shape the create calls return. Shared by both hooks; no I/O
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
-from typing import Any
+from typing import Any, Literal
 
+from abm_provider.common.arguments import check_text, check_whole
 from abm_provider.common.urls import path_segment
 from abm_provider.hooks._pipeline import Call, Reconcile, api_path
 
@@ -17,20 +18,23 @@ EXPORT_JOBS_PATH = api_path("exports", "v1", "exportJobs")
 
 #: The API refuses more than this many accounts in one add or remove request.
 MAX_ACCOUNTS_PER_REQUEST = 1000
+#: What a create-or-reuse of a folder or list does when one of that name exists: reuse it (the
+#: oldest), create another, or fail as the service would.
+IfExists = Literal["reuse", "create", "fail"]
+IF_EXISTS: tuple[IfExists, ...] = ("reuse", "create", "fail")
+#: What scheduling an export job does when the type has one: keep it, or fail as the service would.
+JobIfExists = Literal["ignore", "fail"]
+JOB_IF_EXISTS: tuple[JobIfExists, ...] = ("ignore", "fail")
 
 
 def check_batch_size(batch_size: object) -> int:
     """Return ``batch_size`` if it is a whole number the API accepts (1 to 1000), else raise."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-        raise ValueError(f"batch_size must be a whole number, got {batch_size!r}")
-    if not 1 <= batch_size <= MAX_ACCOUNTS_PER_REQUEST:
-        raise ValueError(f"batch_size must be between 1 and {MAX_ACCOUNTS_PER_REQUEST}, got {batch_size}")
-    return batch_size
+    return check_whole(batch_size, "batch_size", 1, MAX_ACCOUNTS_PER_REQUEST)
 
 
 def folders_call(page_size: int = 100) -> Call:
     """``GET /accountLists/v2/folders``: every folder, page by page."""
-    check_page_size(page_size)
+    check_whole(page_size, "page_size", 1)  # the service caps it at 100
     return Call("GET", FOLDERS_PATH, {"pageSize": page_size})
 
 
@@ -38,8 +42,8 @@ def lists_call(folder_ids: Sequence[str] | None = None, page_size: int = 100) ->
     """``GET /accountLists/v2/accountLists``: every list, or those of ``folder_ids``."""
     if isinstance(folder_ids, (str, bytes)):
         raise ValueError("folder_ids must be a list of folder ids, not a single string")
-    ids = [check_name(f, "folder_ids[]") for f in folder_ids] if folder_ids else None
-    check_page_size(page_size)
+    ids = [check_text(f, "folder_ids[]") for f in folder_ids] if folder_ids else None
+    check_whole(page_size, "page_size", 1)  # the service caps it at 100
     return Call("GET", LISTS_PATH, {"folderIds": ids, "pageSize": page_size})
 
 
@@ -59,7 +63,7 @@ def executions_call(
         if not isinstance(state, str) or not state.strip() or any(c.isspace() for c in state.strip()):
             raise ValueError(f"state must be one execution state such as 'COMPLETE', got {state!r}")
         filter = f"status={state.strip()}"
-    check_page_size(page_size)
+    check_whole(page_size, "page_size", 1)  # the service caps it at 100
     params = {"pageSize": page_size, "orderBy": order_by or None, "filter": filter or None}
     return Call("GET", f"{EXPORT_JOBS_PATH}/{segment}/executions", params)
 
@@ -97,16 +101,9 @@ def create_job_call(export_type: str, schedule: str) -> Call:
     """``POST .../exportJobs``: sent again after an unknown outcome, since the service allows one job
     per type and answers a second create with 409; a 409 after an unknown outcome says so."""
     path_segment(export_type, "export_type")
-    check_name(schedule, "schedule")
+    check_text(schedule, "schedule")
     body = {"type": export_type, "schedule": schedule}
     return Call("POST", EXPORT_JOBS_PATH, body=body, on_unknown="resend")
-
-
-def check_page_size(page_size: int) -> None:
-    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
-        raise ValueError(
-            f"page_size must be a whole number >= 1 (the service caps it at 100), got {page_size!r}"
-        )
 
 
 def folder_resource(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -147,9 +144,3 @@ def account_payloads(batch: list[Any], action: str, offset: int) -> list[dict[st
             account = {k: v for k, v in account.items() if k != "name"}
         payload.append(account if type(account) is dict else dict(account))
     return payload
-
-
-def check_name(value: Any, name: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{name} must be a non-empty string, got {value!r}")
-    return value

@@ -8,21 +8,9 @@ lists and dicts, so ``dataclasses.asdict`` turns them into an XCom-safe value.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-
-def _added(result: BatchResult | AccountsResult) -> int:
-    """The old name of ``applied``, kept for one release: for a remove it counted removals."""
-    warnings.warn(
-        f"{type(result).__name__}.added is deprecated, use .applied (added for an add, removed for a "
-        "remove); .added goes in the next release",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return result.applied
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +19,7 @@ class BatchResult:
 
     :param index: 0-based position of the batch within the call.
     :param sent: accounts sent in this request.
-    :param applied: accounts the request changed: added by an add, removed by a remove. (``added``
-        is its deprecated name.)
+    :param applied: accounts the request changed: added by an add, removed by a remove.
     :param duplicates: accounts already on the list (always 0 for a remove).
     :param not_found: accounts the service did not act on because it does not know them (for a
         remove: those it did not report as removed), as the service echoed them or as sent.
@@ -46,19 +33,13 @@ class BatchResult:
     not_found: list[dict[str, Any]] = field(default_factory=list)
     successful: list[dict[str, Any]] = field(default_factory=list)
 
-    @property
-    def added(self) -> int:
-        """Deprecated: :attr:`applied`."""
-        return _added(self)
-
 
 @dataclass(slots=True)
 class AccountsResult:
     """Totals over all the requests of one ``add_accounts``/``remove_accounts`` call.
 
     :param sent: accounts sent.
-    :param applied: accounts changed: added by ``add_accounts``, removed by ``remove_accounts``
-        (``added`` is its deprecated name).
+    :param applied: accounts changed: added by ``add_accounts``, removed by ``remove_accounts``.
     :param duplicates: accounts that were already on the list.
     :param not_found_count: accounts the service did not know (counted even when not kept).
     :param not_found: those accounts, when the call kept them (``keep_not_found=True``).
@@ -71,11 +52,6 @@ class AccountsResult:
     not_found_count: int = 0
     not_found: list[dict[str, Any]] = field(default_factory=list)
     batches: int = 0
-
-    @property
-    def added(self) -> int:
-        """Deprecated: :attr:`applied`."""
-        return _added(self)
 
     def include(self, batch: BatchResult, *, keep_not_found: bool) -> None:
         """Add one request's figures to the totals."""

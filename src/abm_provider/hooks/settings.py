@@ -11,21 +11,14 @@ import base64
 import math
 import os
 import re
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
+from abm_provider.common.arguments import check_choice
 from abm_provider.common.urls import DEFAULT_BASE_URL, Redactor, normalise_base_url, url_origin
 
 AuthType = Literal["bearer", "basic"]
-#: Names an earlier release used for a setting, accepted for one release with a DeprecationWarning.
-#: ``page_token_memory`` went because Airflow masks every extra whose name holds "token" as a secret.
-RENAMED_SETTINGS = {
-    "max_wait": "retry_max_wait",
-    "timeout": "request_timeout",
-    "page_token_memory": "page_cursor_memory",
-}
 
 
 def _bound(default: float, low: float, high: float, label: str, help: str) -> Any:
@@ -167,19 +160,8 @@ class TaskSettings:
         retry_max_wait: float | None,
         request_timeout: float | None,
         hook_params: Mapping[str, Any] | None,
-        *,
-        deprecated: Mapping[str, float | None] | None = None,
     ) -> None:
-        """Keep the settings; ``deprecated`` holds ``retry_max_wait`` under an old name of the task's
-        (``{"max_wait": ...}``): a value there warns and still counts."""
-        for old, value in (deprecated or {}).items():
-            if value is not None:
-                warnings.warn(
-                    f"{type(self).__name__}: {old} is deprecated, use retry_max_wait",
-                    DeprecationWarning,
-                    stacklevel=4,
-                )
-                retry_max_wait = value if retry_max_wait is None else retry_max_wait
+        """Keep the settings (``None``: as the connection says)."""
         self.abm_conn_id = abm_conn_id
         self.max_attempts = max_attempts
         self.retry_max_wait = retry_max_wait
@@ -198,22 +180,6 @@ class TaskSettings:
             "request_timeout": self.request_timeout,
         }
         return {**self.hook_params, **named}
-
-
-def renamed(given: Mapping[str, Any], owner: str) -> dict[str, Any]:
-    """``given`` with settings under their old names moved to the new ones, warning once per name."""
-    result = dict(given)
-    for old, new in RENAMED_SETTINGS.items():
-        if result.get(old) is not None:
-            warnings.warn(
-                f"{owner}: {old!r} is deprecated, use {new!r} (the old name goes in the next release)",
-                DeprecationWarning,
-                stacklevel=3,
-            )
-            if result.get(new) is None:
-                result[new] = result[old]
-        result.pop(old, None)
-    return result
 
 
 #: Airflow's connection test (the UI's Test button) runs the hook on a copy of the form's values under
@@ -286,14 +252,13 @@ class AbmSettings:
         """
         conn_id = str(getattr(conn, "conn_id", None) or "abm_default")
         where = connection_name(conn_id)
-        extra = renamed(_extra(conn, where), f"{where} extra")
+        extra = _extra(conn, where)
         base_url = normalise_base_url(getattr(conn, "host", None), getattr(conn, "port", None), where=where)
         api_key = getattr(conn, "password", None) or ""
         if not api_key:
             raise ValueError(f"{where} has no API key: put the key in its password field")
         auth_type = str(extra.get("auth_type") or "bearer").strip().lower()
-        if auth_type not in ("bearer", "basic"):
-            raise ValueError(f"{where} extra auth_type must be 'bearer' or 'basic', got {auth_type!r}")
+        check_choice(auth_type, f"{where} extra auth_type", ("bearer", "basic"))
         return cls(
             conn_id=conn_id,
             base_url=base_url or DEFAULT_BASE_URL,
@@ -311,7 +276,7 @@ def _extra(conn: Any, where: str) -> dict[str, Any]:
         raise ValueError(f"{where} has an extra that is not a JSON object: {err}") from err
     if not isinstance(raw, Mapping):
         raise ValueError(f"{where} extra must be a JSON object")
-    known = {*Limits.names(), *RENAMED_SETTINGS, "verify", "ca_bundle", "auth_type"}
+    known = {*Limits.names(), "verify", "ca_bundle", "auth_type"}
     settings: dict[str, Any] = {}
     for key, value in raw.items():
         name = str(key).removeprefix("extra__abm__")

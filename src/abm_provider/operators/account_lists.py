@@ -10,10 +10,9 @@ lives in :mod:`abm_provider.accounts.membership`; the classes here are arguments
 
 from __future__ import annotations
 
-import warnings
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import ObjectStoragePath
 
@@ -21,23 +20,21 @@ from abm_provider.accounts.membership import (
     Action,
     MembershipRun,
     MembershipSettings,
-    OnLimit,
     SourceArgs,
 )
 from abm_provider.accounts.sources import AccountSource, detect_file_format
 from abm_provider.accounts.validation import MAX_BATCH_SIZE
+from abm_provider.common.arguments import check_choice, check_id, check_text
 from abm_provider.common.paths import as_storage_path
 from abm_provider.common.rejects import Limit, check_limit, task_rejects_location
 from abm_provider.compat import AirflowFailException
 from abm_provider.exceptions import AbmApiError
+from abm_provider.hooks.endpoints import IF_EXISTS, IfExists
 from abm_provider.operators.base import (
     AbmBaseOperator,
     AccountSourceOperator,
     check_account_arguments,
-    check_choice,
-    check_id,
     check_known,
-    check_text,
     fail_if_final,
     fail_on_bad_argument,
     is_deferred,
@@ -47,8 +44,6 @@ from abm_provider.operators.base import (
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-IfExists = Literal["reuse", "create", "fail"]
-_IF_EXISTS = ("reuse", "create", "fail")
 _FOLDER_ACCESS = ("FOLDER_ACCESS_UNSPECIFIED", "PUBLIC", "READ_ONLY")
 
 __all__ = [
@@ -79,7 +74,7 @@ class _CreateOrReuseOperator(AbmBaseOperator):
 
     def __init__(self, *, if_exists: IfExists = "reuse", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        check_choice(if_exists, "if_exists", _IF_EXISTS)
+        check_choice(if_exists, "if_exists", IF_EXISTS)
         self.if_exists = if_exists
 
     def check_arguments(self) -> None:
@@ -168,23 +163,6 @@ class CreateAccountListOperator(_CreateOrReuseOperator):
         return self.hook.ensure_list(self.list_name, self.folder_id, self.if_exists)
 
 
-class _DefaultLimit(int):
-    """The default ``max_rejected=0``, told apart from an explicit 0 (see ``max_rejected_fraction``)."""
-
-
-_DEFAULT_MAX_REJECTED: int = _DefaultLimit(0)
-
-
-def _fraction_alias(value: Any) -> float | None:
-    """The deprecated ``max_rejected_fraction`` as a ``max_rejected`` value.
-
-    It took a share in ``[0, 1]``; ``1`` tolerated every row, which is ``None`` now.
-    """
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"max_rejected_fraction must be between 0 and 1, or None; got {value!r}")
-    return None if value == 1 else float(value)
-
-
 class _ListMembershipOperator(AccountSourceOperator):
     """The arguments and checks the add and remove operators share; the run is
     :class:`~abm_provider.accounts.membership.MembershipRun`."""
@@ -220,10 +198,8 @@ class _ListMembershipOperator(AccountSourceOperator):
         default_crm_type: str | None = None,
         default_crm_org_id: str | None = None,
         batch_size: int = MAX_BATCH_SIZE,
-        max_rejected: Limit = _DEFAULT_MAX_REJECTED,
+        max_rejected: Limit = 0,
         max_not_found: Limit = None,
-        max_rejected_fraction: float | None = None,
-        on_limit: OnLimit | None = None,
         rejects_path: str | ObjectStoragePath | None = None,
         rejects_base: str | ObjectStoragePath | None = None,
         progress_interval: float = 5.0,
@@ -231,22 +207,8 @@ class _ListMembershipOperator(AccountSourceOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if max_rejected_fraction is not None:
-            if max_rejected is not _DEFAULT_MAX_REJECTED and max_rejected is not None:
-                raise ValueError(
-                    "give max_rejected (an int count or a float fraction), not both max_rejected and "
-                    "the deprecated max_rejected_fraction"
-                )
-            max_rejected = _fraction_alias(max_rejected_fraction)
-            self._deprecated("max_rejected_fraction is deprecated, use max_rejected=<fraction>")
         max_rejected = check_limit(max_rejected, "max_rejected")
         max_not_found = check_limit(max_not_found, "max_not_found")
-        if on_limit is not None:
-            check_choice(on_limit, "on_limit", ("fail", "warn"))
-            self._deprecated(
-                "on_limit is deprecated: a passed limit always fails the task; "
-                "use max_rejected=None / max_not_found=None for no limit"
-            )
         if rejects_path is not None and rejects_base is not None:
             raise ValueError("give rejects_path (a file) or rejects_base (a folder), not both")
         check_account_arguments(
@@ -270,7 +232,6 @@ class _ListMembershipOperator(AccountSourceOperator):
         self.batch_size = batch_size
         self.max_rejected = max_rejected
         self.max_not_found = max_not_found
-        self.on_limit: OnLimit = on_limit or "fail"
         self.rejects_path = rejects_path
         self.rejects_base = rejects_base
         self.progress_interval = progress_interval
@@ -284,11 +245,6 @@ class _ListMembershipOperator(AccountSourceOperator):
             from airflow.sdk.definitions.xcom_arg import XComArg
 
             XComArg.apply_upstream_relationship(self, accounts)
-
-    def _deprecated(self, message: str) -> None:
-        # Airflow's operator metaclass swaps this module's ``warnings`` for one that adds 2 to the
-        # stacklevel (to skip its __init__ wrapper), so 3 points at the DAG line making the operator.
-        warnings.warn(f"{type(self).__name__}: {message}", DeprecationWarning, stacklevel=3)
 
     def build_source(self, context: Context) -> AccountSource:
         """The one configured source, with XComArg resolved and paths already rendered."""
@@ -346,9 +302,6 @@ class AddAccountsToListOperator(_ListMembershipOperator):
         (:class:`~abm_provider.common.rejects.TooManyRejects`), the rejects written so far kept.
     :param max_not_found: not-found accounts tolerated, as a count or a share of all rows like
         ``max_rejected`` (default ``None``: no limit); checked at the end.
-    :param max_rejected_fraction: deprecated, use ``max_rejected=<float>``. Giving both fails.
-    :param on_limit: deprecated. ``"warn"`` only logs a passed limit; ``"fail"`` is what happens
-        without it. For no limit, set ``max_rejected=None`` and ``max_not_found=None``.
     :param progress_interval: seconds between progress log lines.
     :param max_in_flight: requests open at once (default 2, at most 8; 1 sends one at a time).
         Batches are independent, so a second request hides the round trip; raise it for a distant

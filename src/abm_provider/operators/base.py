@@ -1,5 +1,10 @@
-"""What every ABM operator shares: the connection, the request settings, a cached hook, and the
-argument checks several operators make (so each rule, and its error message, is written once).
+"""What every ABM operator shares: the connection, the request settings, a cached hook, and when
+an argument is checked.
+
+The rules for a value are :mod:`abm_provider.common.arguments`' (hooks and engines check with them
+too); what is the operators' own is the moment: a value known when the DAG is parsed is checked then
+(:func:`check_known`), a template or an XComArg once rendered, where a bad value fails the task
+without retries (:func:`fail_on_bad_argument`).
 
 Operators only orchestrate; the hook owns requests, retries and create-or-reuse. The request
 settings have one name each across the hook, the operators, the sensor and the connection extra
@@ -16,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import BaseOperator
 
 from abm_provider.accounts.validation import KNOWN_CRM_TYPES, check_batch_size, normalise_column_map
+from abm_provider.common.arguments import check_choice, check_id, check_positive
 from abm_provider.common.concurrency import check_in_flight
 from abm_provider.compat import AirflowFailException
 from abm_provider.hooks.settings import TaskSettings
@@ -24,42 +30,6 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from abm_provider.hooks.abm import AbmHook
-
-
-def check_id(value: Any, name: str) -> None:
-    """Raise ``ValueError`` naming ``name`` unless ``value`` is safe as one URL path segment.
-
-    A list id such as ``"../folders"`` or ``"x/accounts/remove"`` would address another endpoint; the
-    hook refuses it too, but only when the first request is built, as a plain ``ValueError`` that
-    Airflow retries in vain. Checking here fails the DAG at parse time, or the task without retries.
-    """
-    from abm_provider.common.urls import path_segment
-
-    path_segment(value, name)
-
-
-def check_text(value: Any, name: str) -> None:
-    """Raise ``ValueError`` naming ``name`` unless ``value`` is a non-blank string."""
-    if not isinstance(value, str):
-        raise ValueError(f"{name} must be a string, got {type(value).__name__} {value!r}")
-    if not value.strip():
-        raise ValueError(f"{name} is empty")
-
-
-def check_choice(value: Any, name: str, choices: Sequence[str]) -> None:
-    """Raise ``ValueError`` naming ``name`` and what it accepts unless ``value`` is one of ``choices``.
-
-    Two choices read as ``'a' or 'b'``, more as a list, so every operator words the error alike.
-    """
-    if value not in choices:
-        allowed = " or ".join(map(repr, choices)) if len(choices) == 2 else f"one of {list(choices)}"
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
-
-
-def check_positive(value: float, name: str) -> None:
-    """Raise ``ValueError`` naming ``name`` unless ``value`` is above zero (an interval, a wait)."""
-    if value <= 0:
-        raise ValueError(f"{name} must be positive")
 
 
 def check_known(check: Callable[[Any, str], object], value: Any, name: str) -> None:
@@ -109,25 +79,10 @@ def is_deferred(value: Any) -> bool:
     return (isinstance(value, str) and "{{" in value) or is_xcom_arg(value)
 
 
-class AbmHookSettings(TaskSettings):
-    """The connection and request settings of an ABM task (:class:`TaskSettings`), and the hook made
-    from them."""
-
-    def get_hook(self) -> AbmHook:
-        """A new hook with this task's settings (one per thread where requests run side by side)."""
-        from abm_provider.hooks.abm import AbmHook
-
-        return AbmHook(self.abm_conn_id, **self.hook_kwargs())
-
-    @cached_property
-    def hook(self) -> AbmHook:
-        """The task's hook, made on first use."""
-        return self.get_hook()
-
-
-class AbmBaseOperator(AbmHookSettings, BaseOperator):
-    """Base of the ABM operators: the settings of :class:`AbmHookSettings` (``max_wait`` is the
-    deprecated name of ``retry_max_wait``), a cached ``hook``, and XCom keys of their own."""
+class AbmBaseOperator(TaskSettings, BaseOperator):
+    """Base of the ABM operators and the sensor: the connection and request settings of
+    :class:`~abm_provider.hooks.settings.TaskSettings`, the hook made from them (cached as ``hook``),
+    and XCom keys of their own."""
 
     ui_color = "#e8f0fe"
 
@@ -139,18 +94,21 @@ class AbmBaseOperator(AbmHookSettings, BaseOperator):
         retry_max_wait: float | None = None,
         request_timeout: float | None = None,
         hook_params: dict[str, Any] | None = None,
-        max_wait: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.set_hook_settings(
-            abm_conn_id,
-            max_attempts,
-            retry_max_wait,
-            request_timeout,
-            hook_params,
-            deprecated={"max_wait": max_wait},
-        )
+        self.set_hook_settings(abm_conn_id, max_attempts, retry_max_wait, request_timeout, hook_params)
+
+    def get_hook(self) -> AbmHook:
+        """A new hook with this task's settings (one per thread where requests run side by side)."""
+        from abm_provider.hooks.abm import AbmHook
+
+        return AbmHook(self.abm_conn_id, **self.hook_kwargs())
+
+    @cached_property
+    def hook(self) -> AbmHook:
+        """The task's hook, made on first use."""
+        return self.get_hook()
 
     @staticmethod
     def push(context: Context, **values: Any) -> None:

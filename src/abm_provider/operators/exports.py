@@ -13,12 +13,12 @@ reader never sees a partial file; :mod:`abm_provider.exports.archive` holds thos
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import ObjectStoragePath
 
+from abm_provider.common.arguments import check_choice, check_id, check_positive, check_whole
 from abm_provider.common.urls import check_url
 from abm_provider.compat import AirflowFailException
 from abm_provider.exports.download import (
@@ -28,12 +28,10 @@ from abm_provider.exports.download import (
     execution_inputs,
 )
 from abm_provider.exports.schedule import InvalidScheduleError, validate_schedule
+from abm_provider.hooks.endpoints import JOB_IF_EXISTS, JobIfExists
 from abm_provider.operators.base import (
     AbmBaseOperator,
-    check_choice,
-    check_id,
     check_known,
-    check_positive,
     fail_if_final,
     fail_on_bad_argument,
     is_deferred,
@@ -41,10 +39,6 @@ from abm_provider.operators.base import (
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-    from abm_provider.hooks.abm import AbmHook
-
-ExportJobIfExists = Literal["ignore", "fail"]
 
 
 class CreateExportJobOperator(AbmBaseOperator):
@@ -66,10 +60,10 @@ class CreateExportJobOperator(AbmBaseOperator):
     template_fields: Sequence[str] = ("export_type", "schedule")
 
     def __init__(
-        self, *, export_type: str, schedule: str, if_exists: ExportJobIfExists = "ignore", **kwargs: Any
+        self, *, export_type: str, schedule: str, if_exists: JobIfExists = "ignore", **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
-        check_choice(if_exists, "if_exists", ("ignore", "fail"))
+        check_choice(if_exists, "if_exists", JOB_IF_EXISTS)
         # Fail at DAG parse time when the values are already known; templated ones are checked in execute.
         check_known(check_id, export_type, "export_type")
         if not is_deferred(schedule):
@@ -77,12 +71,6 @@ class CreateExportJobOperator(AbmBaseOperator):
         self.export_type = export_type
         self.schedule = schedule
         self.if_exists = if_exists
-
-    @staticmethod
-    def job_exists(hook: AbmHook, export_type: str) -> bool:
-        """Deprecated: use ``AbmHook.job_exists`` (kept for one release)."""
-        warnings.warn("use AbmHook.job_exists(export_type)", DeprecationWarning, stacklevel=2)
-        return hook.job_exists(export_type)
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Validate the schedule, then the hook's create-or-accept."""
@@ -178,8 +166,7 @@ class DownloadExecutionCsvOperator(AbmBaseOperator):
         if (execution is None) == (download_uri is None):
             raise ValueError("DownloadExecutionCsvOperator needs exactly one of execution or download_uri")
         check_choice(if_exists, "if_exists", ("skip", "overwrite"))
-        if chunk_size < 64 << 10:
-            raise ValueError(f"chunk_size must be at least 64 KiB, got {chunk_size}")
+        check_whole(chunk_size, "chunk_size", 64 << 10)  # bytes: smaller chunks only cost calls
         check_positive(progress_interval, "progress_interval")
         if destination is not None and base is not None:
             raise ValueError("give destination (a file) or base (a folder), not both")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from abm_provider.accounts.sources import AccountSource, SqlSource, detect_file_format, open_file_source
 from abm_provider.accounts.sync.engine import ListSync
@@ -27,14 +27,13 @@ from abm_provider.accounts.sync.options import (
 from abm_provider.accounts.sync.state import DEFAULT_PREFIX, StateTables
 from abm_provider.accounts.validation import MAX_BATCH_SIZE, AccountValidator
 from abm_provider.assets import warehouse_asset
-from abm_provider.common.rejects import check_limit
+from abm_provider.common.arguments import check_choice, check_flag, check_id, parse_rendered
+from abm_provider.common.rejects import Limit, check_limit
 from abm_provider.common.sql import sql_hook
 from abm_provider.compat import AirflowFailException
 from abm_provider.operators.base import (
     AccountSourceOperator,
     check_account_arguments,
-    check_choice,
-    check_id,
     check_known,
     is_deferred,
 )
@@ -45,31 +44,14 @@ if TYPE_CHECKING:
     from airflow.sdk import Context, ObjectStoragePath
 
 
-def _as_bool(value: Any, name: str) -> bool:
-    """A flag given as a bool or, once rendered from a template, as ``"true"``/``"false"``."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    raise ValueError(f"{name} must be True or False, got {value!r}")
+def _check_mode(value: Any, name: str) -> Mode:
+    """A sync's ``mode``: one of :data:`~abm_provider.accounts.sync.options.MODES`."""
+    return cast("Mode", check_choice(value, name, MODES))
 
 
-def _as_limit(value: Any, name: str) -> int | float | None:
+def _rendered_limit(value: Any, name: str) -> Limit:
     """A limit given as a number or ``None`` or, once rendered from a template, as its text."""
-    if isinstance(value, str):
-        text = value.strip()
-        if text.lower() in ("none", "null", ""):
-            return None
-        try:
-            value = float(text) if any(c in text for c in ".eE") else int(text)
-        except ValueError:
-            raise ValueError(f"{name} must be a count, a fraction in [0, 1) or None, got {value!r}") from None
-    return check_limit(value, name)
-
-
-def _as_mode(value: Any) -> Mode:
-    check_choice(value, "mode", MODES)
-    return value  # type: ignore[no-any-return]
+    return check_limit(parse_rendered(value), name)
 
 
 class AccountListSyncOperator(AccountSourceOperator):
@@ -209,23 +191,21 @@ class AccountListSyncOperator(AccountSourceOperator):
             detect_file_format(str(accounts_path))
         if table and not is_deferred(table):
             TableName.parse(table)
-        if not is_deferred(mode):
-            _as_mode(mode)
-        check_known(_as_bool, dry_run, "dry_run")
+        check_known(_check_mode, mode, "mode")
+        check_known(check_flag, dry_run, "dry_run")
         check_limit(max_rejected, "max_rejected")
         StateTables.named(state_table_prefix, None if is_deferred(state_schema) else state_schema)
         check_account_arguments(
             list_id, column_map, default_crm_type, batch_size, max_in_flight, progress_interval
         )
-        if not is_deferred(lock_timeout):
-            check_lock_timeout(lock_timeout)
-        check_known(_as_limit, max_removals, "max_removals")
-        check_known(_as_bool, allow_empty_source, "allow_empty_source")
-        check_known(_as_bool, full_resync, "full_resync")
+        check_known(check_lock_timeout, lock_timeout, "lock_timeout")
+        check_known(_rendered_limit, max_removals, "max_removals")
+        check_known(check_flag, allow_empty_source, "allow_empty_source")
+        check_known(check_flag, full_resync, "full_resync")
         check_delay(retry_not_found_after, "retry_not_found_after")
         check_retention(log_retention_days)
         resync_known = not is_deferred(mode) and not is_deferred(full_resync)
-        if resync_known and mode == "remove_only" and _as_bool(full_resync, "full_resync"):
+        if resync_known and mode == "remove_only" and check_flag(full_resync, "full_resync"):
             raise ValueError(FULL_RESYNC_REMOVE_ONLY)
         if table and sql_conn_id and not is_deferred(table) and not is_deferred(sql_conn_id):
             kwargs.setdefault("inlets", [warehouse_asset(sql_conn_id, table)])
@@ -282,17 +262,17 @@ class AccountListSyncOperator(AccountSourceOperator):
             options = SyncOptions(
                 list_id=self.list_id,
                 run_id=str(run_id),
-                mode=_as_mode(self.mode),
-                dry_run=_as_bool(self.dry_run, "dry_run"),
+                mode=_check_mode(self.mode, "mode"),
+                dry_run=check_flag(self.dry_run, "dry_run"),
                 max_rejected=self.max_rejected,
                 batch_size=self.batch_size,
                 max_in_flight=self.max_in_flight,
                 progress_interval=self.progress_interval,
                 lock_timeout=check_lock_timeout(self.lock_timeout),
-                max_removals=_as_limit(self.max_removals, "max_removals"),
-                allow_empty_source=_as_bool(self.allow_empty_source, "allow_empty_source"),
+                max_removals=_rendered_limit(self.max_removals, "max_removals"),
+                allow_empty_source=check_flag(self.allow_empty_source, "allow_empty_source"),
                 retry_not_found_after=self.retry_not_found_after,
-                full_resync=_as_bool(self.full_resync, "full_resync"),
+                full_resync=check_flag(self.full_resync, "full_resync"),
                 log_retention_days=self.log_retention_days,
             )
             check_options(options)

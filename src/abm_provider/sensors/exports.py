@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
+from abm_provider.common.arguments import check_text
 from abm_provider.compat import (
     AirflowFailException,
     AirflowSensorTimeout,
@@ -24,7 +25,7 @@ from abm_provider.compat import (
 )
 from abm_provider.exceptions import AbmApiError
 from abm_provider.exports.selection import Verdict, is_retryable, parse_timestamp, select_execution
-from abm_provider.operators.base import AbmHookSettings
+from abm_provider.operators.base import AbmBaseOperator, check_known
 from abm_provider.triggers.exports import ExecutionCompleteTrigger
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ def _default_deferrable() -> bool:
     return bool(airflow_conf().getboolean("operators", "default_deferrable", fallback=False))
 
 
-class ExecutionCompleteSensor(AbmHookSettings, BaseSensorOperator):
+class ExecutionCompleteSensor(AbmBaseOperator, BaseSensorOperator):
     """Wait until an execution of ``export_type`` is COMPLETE; XCom is that execution.
 
     The XCom value is the execution as the service returned it (``id``, ``exportId``, ``state``,
@@ -56,7 +57,6 @@ class ExecutionCompleteSensor(AbmHookSettings, BaseSensorOperator):
     :param max_attempts: attempts per request on 429/5xx/connection errors (hook default if None).
     :param retry_max_wait: longest single back-off wait between a request's attempts in seconds
         (hook default if None); ``max_wait`` is the sensor's own cap on back-off between pokes.
-        ``request_max_wait`` is its deprecated name.
     :param request_timeout: total deadline of one request in seconds (hook default if None).
     :param hook_params: any other hook setting (``max_pages``...), see docs/connection.md.
 
@@ -66,7 +66,6 @@ class ExecutionCompleteSensor(AbmHookSettings, BaseSensorOperator):
     """
 
     template_fields: Sequence[str] = ("export_type", "updated_after")
-    ui_color = "#e8f0fe"
 
     def __init__(
         self,
@@ -74,25 +73,10 @@ class ExecutionCompleteSensor(AbmHookSettings, BaseSensorOperator):
         export_type: str,
         updated_after: str | datetime | None = None,
         deferrable: bool | None = None,
-        abm_conn_id: str = "abm_default",
-        max_attempts: int | None = None,
-        retry_max_wait: float | None = None,
-        request_timeout: float | None = None,
-        hook_params: dict[str, Any] | None = None,
-        request_max_wait: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.set_hook_settings(
-            abm_conn_id,
-            max_attempts,
-            retry_max_wait,
-            request_timeout,
-            hook_params,
-            deprecated={"request_max_wait": request_max_wait},
-        )
-        if not export_type:
-            raise ValueError("export_type is empty")
+        check_known(check_text, export_type, "export_type")
         self.export_type = export_type
         self.updated_after = updated_after
         self.deferrable = _default_deferrable() if deferrable is None else bool(deferrable)

@@ -18,29 +18,23 @@ from typing import TYPE_CHECKING, Any, cast
 from airflow.sdk import Asset, BaseOperator, ObjectStoragePath
 
 from abm_provider.assets import warehouse_asset
-from abm_provider.common.paths import as_storage_path, is_local, local_path
-from abm_provider.common.rejects import Limit, check_limit, default_rejects_path, task_rejects_location
+from abm_provider.common.arguments import check_choice, check_whole
+from abm_provider.common.rejects import Limit, check_limit, task_rejects_location
 from abm_provider.common.sql import sql_hook
-from abm_provider.common.urls import safe_url
 from abm_provider.compat import AirflowFailException
-from abm_provider.exports.archive import file_sha256
-from abm_provider.exports.download import DownloadOptions, ExecutionDownload, display, execution_inputs
-from abm_provider.exports.selection import COMPLETE_STATE
-from abm_provider.exports.stream import ExportStream
-from abm_provider.operators.base import is_deferred
-from abm_provider.transfers.sources import UNLOADED, execution_of, local_copy, naive_utc, source_meta
-from abm_provider.warehouse import LoadRequest, Method, SchemaMismatch, WarehouseLoader, loader_for
+from abm_provider.exports.execution_load import ExecutionLoad, LoadSettings
+from abm_provider.operators.base import check_known, fail_on_bad_argument, is_deferred
+from abm_provider.transfers.sources import UNLOADED, execution_of, source_meta
+from abm_provider.warehouse import METHODS, Method
 from abm_provider.warehouse.ledger import DEFAULT_LEDGER_TABLE
 from abm_provider.warehouse.lineage import LoadLineage
-from abm_provider.warehouse.records import UnreadableFile, read_header
+from abm_provider.warehouse.load import ON_SCHEMA_CHANGES
 from abm_provider.warehouse.schema import TableName, check_identifier, export_schema
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 __all__ = ["UNLOADED", "ExecutionCsvToSqlOperator", "warehouse_asset"]
-
-_ON_SCHEMA_CHANGE = ("fail", "add_columns")
 
 
 class ExecutionCsvToSqlOperator(BaseOperator):
@@ -76,7 +70,11 @@ class ExecutionCsvToSqlOperator(BaseOperator):
     :param ledger_table: name of the ledger table, in the target's schema.
     :param method: ``"auto"`` (the warehouse's bulk path when known), ``"native"`` (fail when
         there is none) or ``"generic"`` (chunked ``executemany`` everywhere).
-    :param duckdb_memory_limit: / ``duckdb_threads``: applied unless the connection sets them.
+    :param dialect_options: the warehouse's own settings, by name, checked against its dialect
+        (templated): DuckDB's ``memory_limit`` (default ``"1GB"``) and ``threads``, for example. They
+        override the connection's extra ``dialect_options``; a name the warehouse's dialect does not
+        have fails the task, naming it and the options there are
+        (:mod:`abm_provider.warehouse.dialects.options`).
     :param chunk_rows: rows per ``executemany`` on the generic path.
     :param hook_params: extra keyword arguments for the connection's hook.
     :param abm_conn_id: the ``abm`` connection that downloads an execution given as ``source`` (and
@@ -119,6 +117,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         "ledger_table",
         "abm_conn_id",
         "archive",
+        "dialect_options",
     )
     ui_color = "#d7e8f5"
 
@@ -137,8 +136,7 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         rejects_path: str | None = None,
         ledger_table: str = DEFAULT_LEDGER_TABLE,
         method: Method = "auto",
-        duckdb_memory_limit: str | None = "1GB",
-        duckdb_threads: int | None = None,
+        dialect_options: dict[str, Any] | None = None,
         chunk_rows: int = 10_000,
         hook_params: Mapping[str, Any] | None = None,
         abm_conn_id: str = "abm_default",
@@ -148,17 +146,14 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         max_executions: int = 10,
         **kwargs: Any,
     ) -> None:
-        if on_schema_change not in _ON_SCHEMA_CHANGE:
-            raise ValueError(f"on_schema_change must be one of {_ON_SCHEMA_CHANGE}, got {on_schema_change!r}")
-        if method not in ("auto", "native", "generic"):
-            raise ValueError(f"method must be 'auto', 'native' or 'generic', got {method!r}")
+        schema_change = check_choice(on_schema_change, "on_schema_change", ON_SCHEMA_CHANGES)
+        method = check_choice(method, "method", METHODS)
         max_rejected = check_limit(max_rejected, "max_rejected")
-        if chunk_rows < 1:
-            raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
-        if max_executions < 1:
-            raise ValueError(f"max_executions must be positive, got {max_executions}")
+        check_whole(chunk_rows, "chunk_rows", 1)
+        check_whole(max_executions, "max_executions", 1)
         if export_type is not None and not is_deferred(export_type):
             export_schema(export_type)
+        check_known(_check_dialect_options, dialect_options, "dialect_options")
         if not is_deferred(table):
             TableName.parse(table)
         if "outlets" not in kwargs and not is_deferred(table) and not is_deferred(sql_conn_id):
@@ -171,13 +166,12 @@ class ExecutionCsvToSqlOperator(BaseOperator):
         self.key_columns = key_columns
         self.execution_id = execution_id
         self.force = force
-        self.on_schema_change = on_schema_change
+        self.on_schema_change = schema_change
         self.max_rejected = max_rejected
         self.rejects_path = rejects_path
         self.ledger_table = ledger_table
-        self.method: Method = method
-        self.duckdb_memory_limit = duckdb_memory_limit
-        self.duckdb_threads = duckdb_threads
+        self.method = method
+        self.dialect_options = dialect_options
         self.chunk_rows = chunk_rows
         self.hook_params = dict(hook_params or {})
         self.abm_conn_id = abm_conn_id
@@ -195,9 +189,32 @@ class ExecutionCsvToSqlOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         self._lineage = None
-        out = self._load_unloaded(context) if self.source == UNLOADED else self._load_source(context)
+        load = self._execution_load(context)
+        try:
+            out = self._run(load)
+        finally:
+            self._lineage = load.lineage
         self._announce_days(context)
         return out
+
+    def _run(self, load: ExecutionLoad) -> dict[str, Any]:
+        """Load what ``source`` names: the executions the ledger lacks, one execution, or a file."""
+        if self.source == UNLOADED:
+            if not self.export_type:
+                raise AirflowFailException(
+                    'source="unloaded" needs export_type=: the export job whose executions to load'
+                )
+            run = load.unloaded(self.export_type)
+            return {
+                "source": UNLOADED,
+                "export_type": self.export_type,
+                "executions": run.loaded,
+                "left": run.left,
+            }
+        execution = execution_of(self.source)
+        if execution is not None:
+            return load.execution(execution)
+        return load.file(source_meta(self.source))
 
     def _announce_days(self, context: Context) -> None:
         """Put the days the loads replaced on the table's Asset event: as its partition keys (Airflow
@@ -214,212 +231,48 @@ class ExecutionCsvToSqlOperator(BaseOperator):
                 if add_partitions is not None:  # Airflow 3.3 and later
                     add_partitions(days)
 
-    def _load_source(self, context: Context) -> dict[str, Any]:
-        """Load what ``source`` names: an execution to download, or a downloaded file."""
-        execution = execution_of(self.source)
-        if execution is not None:
-            return self._load_execution(context, execution)
-        meta = source_meta(self.source)
-        local, cleanup = local_copy(meta["path"], self.log)
-        rejects = self._rejects(context, local, remote=cleanup is not None)
-        try:
-            return self._load(local, meta, rejects)
-        finally:
-            if cleanup is not None:
-                cleanup.unlink(missing_ok=True)
-
-    def _rejects(self, context: Context, local: Path, *, remote: bool) -> Path:
-        if self.rejects_path:
-            return Path(self.rejects_path)
-        if not remote:
-            return default_rejects_path(local)
-        # not beside a temporary copy that is about to go: where the list operators put theirs
-        return Path(task_rejects_location(None, context, self).path)
-
-    # ---- an execution: download and load --------------------------------------------------------
-
-    def _load_unloaded(self, context: Context) -> dict[str, Any]:
-        """Load the completed executions the ledger lacks, oldest first, each committed as it loads."""
-        from abm_provider.hooks.abm import AbmHook
-
-        if not self.export_type:
-            raise AirflowFailException(
-                'source="unloaded" needs export_type=: the export job whose executions to load'
-            )
-        table = TableName.parse(self.table)
-        loaded = self._loader().loaded_executions(table, table.sibling(self.ledger_table))
-        listed = AbmHook(self.abm_conn_id).iter_executions(
-            self.export_type, state=COMPLETE_STATE, order_by="updateTime asc"
-        )
-        pending = [
-            e
-            for e in listed
-            if e.get("state") == COMPLETE_STATE and e.get("id") and str(e["id"]) not in loaded
-        ]
-        now, later = pending[: self.max_executions], pending[self.max_executions :]
-        self.log.info(
-            "%d completed %s executions are not in %s; loading %s%s",
-            len(pending),
-            self.export_type,
-            table,
-            ", ".join(str(e["id"]) for e in now) or "none",
-            f" ({len(later)} left for the next run: max_executions={self.max_executions})" if later else "",
-        )
-        results = []
-        for number, execution in enumerate(now, start=1):
-            self.log.info(
-                "Execution %d of %d: %s (%s)", number, len(now), execution["id"], execution.get("updateTime")
-            )
-            results.append(self._load_execution(context, execution))
-        return {
-            "source": UNLOADED,
-            "export_type": self.export_type,
-            "executions": results,
-            "left": len(later),
-        }
-
-    def _load_execution(self, context: Context, execution: Mapping[str, Any]) -> dict[str, Any]:
-        from abm_provider.hooks.abm import AbmHook
-
-        _, uri, execution_id, export_type = execution_inputs(execution, None, None, None)
-        export_type = self.export_type or export_type
-        download = ExecutionDownload(
-            log=self.log,
-            options=DownloadOptions(destination=self.archive, etag_is_md5=self.etag_is_md5),
-            dag_id=self.dag_id if self.has_dag() else None,
-        )
-        hook = AbmHook(self.abm_conn_id)
-        uri = download.link(hook, uri, export_type, execution_id)
-        target = download.target(context, execution_id, uri)
-        archive = display(target)
-        meta = {
-            "path": archive,
-            "execution_id": execution_id,
-            "export_type": export_type,
-            "update_time": execution.get("updateTime") or execution.get("createTime"),
-        }
-        local = Path(local_path(target)) if is_local(target) else None
-        done = download.already_downloaded(target, execution_id)
-        if done is None and self.stream and local is not None:
-            stream = ExportStream(
-                lambda tee, received: download.run(
-                    hook, uri, target, execution_id, export_type, tee=tee, received=received
-                ),
-                log=self.log,
-                name=f"execution {execution_id or safe_url(uri)}",
-            )
-            try:
-                result = self._load(local, meta, self._rejects(context, local, remote=False), stream)
-            except Exception as exc:
-                stream.cancel()
-                failure = stream.failure
-                if failure is None:  # the load failed on its own: its error is the task's
-                    raise
-                if isinstance(failure, AirflowFailException):  # a full disk: no new download can help
-                    raise failure from exc
-                self.log.warning(
-                    "The load of %s while it downloaded was rolled back, nothing committed (%s); "
-                    "downloading the file again, then loading it",
-                    target,
-                    exc,
-                )
-            else:
-                return {**result, "archive": archive, "streamed": stream.read_as_it_arrived}
-        if done is None:
-            done = download.run(hook, uri, target, execution_id, export_type)
-        meta["sha256"] = done.get("sha256")
-        copy, cleanup = (local, None) if local is not None else local_copy(target, self.log)
-        try:
-            result = self._load(copy, meta, self._rejects(context, copy, remote=cleanup is not None))
-        finally:
-            if cleanup is not None:
-                cleanup.unlink(missing_ok=True)
-        return {**result, "archive": archive, "streamed": False}
-
-    def _load(
-        self, path: Path, meta: dict[str, Any], rejects: Path, stream: ExportStream | None = None
-    ) -> dict[str, Any]:
-        export_type = self.export_type or meta.get("export_type")
-        if not export_type:
-            raise AirflowFailException(
-                "export_type is not set and the source does not carry one; pass export_type="
-            )
-        schema = export_schema(str(export_type))
-        keys = self._key_columns(schema.natural_key)
-        table = TableName.parse(self.table)
-        size = path.stat().st_size if stream is None else 0
-        sha256 = meta.get("sha256") or ("" if stream is not None else file_sha256(as_storage_path(path))[0])
-        execution_id = meta.get("execution_id") or self.execution_id
-        request = LoadRequest(
-            path=path,
-            source=str(meta["path"]),
-            table=table,
-            export=schema,
-            key_columns=keys,
-            execution_id=str(execution_id) if execution_id is not None else None,
-            sha256=str(sha256),
-            size=size,
-            rejects_path=rejects,
-            ledger=table.sibling(self.ledger_table),
-            force=self.force,
-            on_schema_change="add_columns" if self.on_schema_change == "add_columns" else "fail",
-            max_rejected=self.max_rejected,
-            stream=stream,
-            execution_time=naive_utc(meta.get("update_time")),
-        )
-        hook = self.get_db_hook()
-        loader = self._loader(hook)
-        self.log.info(
-            "Loading %s (%s, execution %s, %s) into %s via %s",
-            path,
-            f"{size / (1 << 20):.1f} MB" if stream is None else "while it downloads",
-            request.execution_id,
-            schema.export_type,
-            table,
-            loader.method,
-        )
-        try:
-            result = loader.load(request, read_header(path) if stream is None else None)
-        except (UnreadableFile, SchemaMismatch) as exc:
-            # A broken file or a schema change: retrying the same file cannot succeed. Too many bad
-            # records raise TooManyRejects, an AirflowFailException already.
-            raise AirflowFailException(str(exc)) from exc
-        if result.skipped:
-            self.log.info("Skipped: execution %s was already loaded into %s", result.execution_id, table)
-        else:
-            self.log.info(
-                "Loaded %d rows into %s (%d replaced, %d rejected%s) in %.1f s (%.1f MB/s)",
-                result.rows_loaded,
-                table,
-                result.rows_deleted,
-                result.rows_rejected,
-                f", see {result.rejects_path}" if result.rejects_path else "",
-                result.seconds,
-                request.size / (1 << 20) / max(result.seconds, 1e-6),
-            )
-        if self._lineage is None:
-            self._lineage = LoadLineage(hook, table, schema, (str(path),), (result,))
-        else:
-            self._lineage = self._lineage.plus(str(path), result)
-        return result.to_xcom()
-
-    def _loader(self, hook: Any = None) -> WarehouseLoader:
-        """The warehouse's loader, over ``hook`` (the connection's own hook when not given)."""
-        return loader_for(
-            hook if hook is not None else self.get_db_hook(),
-            method=self.method,
-            duckdb_memory_limit=self.duckdb_memory_limit,
-            duckdb_threads=self.duckdb_threads,
-            chunk_rows=self.chunk_rows,
-            log=self.log,
-        )
-
     # ---- inputs ---------------------------------------------------------------------------------
 
-    def _key_columns(self, default: tuple[str, ...]) -> tuple[str, ...]:
+    def _execution_load(self, context: Context) -> ExecutionLoad:
+        """The engine of this run, over the rendered arguments."""
+        from abm_provider.hooks.abm import AbmHook
+
+        fail_on_bad_argument(_check_dialect_options, self.dialect_options, "dialect_options")
+        table = TableName.parse(self.table)
+        settings = LoadSettings(
+            table=table,
+            ledger=table.sibling(self.ledger_table),
+            # not beside a temporary copy that is about to go: where the list operators put theirs
+            copy_rejects_path=Path(task_rejects_location(None, context, self).path),
+            export_type=self.export_type or None,
+            key_columns=self._key_columns(),
+            execution_id=self.execution_id,
+            force=self.force,
+            on_schema_change=self.on_schema_change,
+            max_rejected=self.max_rejected,
+            rejects_path=Path(self.rejects_path) if self.rejects_path else None,
+            method=self.method,
+            dialect_options=self.dialect_options,
+            chunk_rows=self.chunk_rows,
+            archive=self.archive,
+            stream=self.stream,
+            etag_is_md5=self.etag_is_md5,
+            max_executions=self.max_executions,
+        )
+        return ExecutionLoad(
+            settings,
+            abm_hook=AbmHook(self.abm_conn_id),
+            warehouse_hook=self.get_db_hook,
+            context=context,
+            log=self.log,
+            dag_id=self.dag_id if self.has_dag() else None,
+        )
+
+    def _key_columns(self) -> tuple[str, ...] | None:
+        """The natural key override, checked; ``None``: the export type's own."""
         keys = self.key_columns
         if keys is None:
-            return default
+            return None
         names = [k.strip() for k in keys.split(",")] if isinstance(keys, str) else [str(k) for k in keys]
         if not names:
             raise AirflowFailException("key_columns is empty; omit it to use the export type's natural key")
@@ -430,3 +283,14 @@ class ExecutionCsvToSqlOperator(BaseOperator):
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Input: the CSV file; output: the table, with its schema and the rows written by this load."""
         return None if self._lineage is None else self._lineage.facets()
+
+
+def _check_dialect_options(value: Any, name: str) -> None:
+    """``dialect_options`` is a mapping of option names (or ``None``); which names the warehouse's
+    dialect has is checked when the loader is made, once the connection says which warehouse it is."""
+    if value is not None and not isinstance(value, Mapping):
+        raise ValueError(
+            f"{name} must be a mapping of the warehouse's option names to values, got "
+            f"{type(value).__name__} {value!r} (a template renders to a mapping only with the DAG's "
+            "render_template_as_native_obj=True)"
+        )

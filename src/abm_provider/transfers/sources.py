@@ -7,21 +7,12 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from airflow.sdk import ObjectStoragePath
-
-from abm_provider.common.paths import is_local
 from abm_provider.compat import AirflowFailException
-from abm_provider.exports.selection import parse_timestamp
 
 #: ``source`` meaning every completed execution of ``export_type`` that the ledger lacks.
 UNLOADED = "unloaded"
@@ -61,32 +52,3 @@ def source_meta(source: Any) -> dict[str, Any]:
     if isinstance(source, str | os.PathLike):
         return {"path": source}
     raise AirflowFailException(f"source must be a dict, a path or an ObjectStoragePath, got {type(source)}")
-
-
-def local_copy(location: Any, log: logging.Logger | Any) -> tuple[Path, Path | None]:
-    """A local path for the databases to read, and the temporary copy to delete after, if one was made.
-
-    A remote object is copied down in chunks first.
-    """
-    if isinstance(location, Path):
-        return location, None
-    storage = location if isinstance(location, ObjectStoragePath) else ObjectStoragePath(str(location))
-    if is_local(storage):
-        path = Path(storage.path)
-        if not path.is_file():
-            raise AirflowFailException(f"source file {path} does not exist")
-        return path, None
-    handle, name = tempfile.mkstemp(prefix="abm-load-", suffix=".csv")
-    with os.fdopen(handle, "wb") as out, storage.open("rb") as src:
-        shutil.copyfileobj(src, out, 8 << 20)
-    log.info("Copied %s to %s for loading", storage, name)
-    return Path(name), Path(name)
-
-
-def naive_utc(value: Any) -> dt.datetime | None:
-    """An execution's ``updateTime`` as the ledger stores times (naive UTC); a clear error if unreadable."""
-    try:
-        parsed = parse_timestamp(value)
-    except ValueError as err:
-        raise AirflowFailException(f"the source's update_time {value!r} is not a timestamp: {err}") from err
-    return parsed.replace(tzinfo=None) if parsed is not None else None

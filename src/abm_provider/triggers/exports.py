@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
+from abm_provider.common.arguments import check_positive, check_whole
 from abm_provider.hooks.settings import TASK_SETTINGS, TaskSettings
 
 if TYPE_CHECKING:
@@ -29,27 +30,17 @@ if TYPE_CHECKING:
 
 from abm_provider.exports.selection import (
     COMPLETE_STATE,
-    ExecutionSelector,
     Verdict,
     execution_time,
     is_retryable,
     parse_timestamp,
-    select_execution,
     select_execution_async,
 )
 
 __all__ = [
     "ExecutionCompleteTrigger",
     "ExecutionCompletedEventTrigger",
-    "ExecutionSelector",
-    "select_execution",
 ]
-
-
-def _check_poll_interval(poll_interval: float) -> None:
-    """A trigger polls at a positive interval (checked when the DAG is parsed, not in the triggerer)."""
-    if poll_interval <= 0:
-        raise ValueError(f"poll_interval must be positive, got {poll_interval}")
 
 
 class _ListsExecutions(TaskSettings):
@@ -86,8 +77,7 @@ class ExecutionCompleteTrigger(_ListsExecutions, BaseTrigger):
     :param poll_interval: seconds between polls.
     :param deadline: POSIX time (seconds) after which a ``timeout`` event is sent; ``None``: no limit.
     :param max_attempts: attempts per request (hook default if None).
-    :param retry_max_wait: longest single back-off wait in seconds (hook default if None); a trigger
-        serialized by the previous release passes it as ``max_wait``, still accepted.
+    :param retry_max_wait: longest single back-off wait in seconds (hook default if None).
     :param request_timeout: total deadline of one request in seconds (hook default if None).
     :param hook_params: any other hook setting by name (``max_pages``...), numbers only.
 
@@ -109,20 +99,14 @@ class ExecutionCompleteTrigger(_ListsExecutions, BaseTrigger):
     ) -> None:
         """``settings``: ``max_attempts``, ``retry_max_wait``, ``request_timeout`` and ``hook_params``."""
         super().__init__()
-        _check_poll_interval(poll_interval)
+        check_positive(poll_interval, "poll_interval")  # in the worker, not in the triggerer
         # Fail at construction (in the worker, before deferring) rather than in the triggerer.
         self._cutoff = parse_timestamp(updated_after)
         self.export_type = export_type
         self.updated_after = updated_after
         self.poll_interval = float(poll_interval)
         self.deadline = None if deadline is None else float(deadline)
-        # max_wait: the name a trigger serialized by the previous release carries; no warning, since
-        # the row is not the DAG author's to change.
-        given = dict.fromkeys(TASK_SETTINGS) | settings
-        earlier = given.pop("max_wait", None)
-        if given["retry_max_wait"] is None:
-            given["retry_max_wait"] = earlier
-        self.set_hook_settings(abm_conn_id, **given)
+        self.set_hook_settings(abm_conn_id, **(dict.fromkeys(TASK_SETTINGS) | settings))
 
     async def check_once(self, hook: AbmAsyncHook) -> Verdict:
         """One look at the executions, newest first, reading only as many pages as the answer needs."""
@@ -281,9 +265,8 @@ class ExecutionCompletedEventTrigger(_ListsExecutions, BaseEventTrigger):
         **settings: Any,
     ) -> None:
         super().__init__()
-        _check_poll_interval(poll_interval)
-        if max_consecutive_failures < 1:
-            raise ValueError(f"max_consecutive_failures must be at least 1, got {max_consecutive_failures}")
+        check_positive(poll_interval, "poll_interval")  # in the worker, not in the triggerer
+        check_whole(max_consecutive_failures, "max_consecutive_failures", 1)
         self._start = parse_timestamp(start_after)  # fails at DAG parse time, not in the triggerer
         self.export_type = export_type
         self.asset_name = asset_name

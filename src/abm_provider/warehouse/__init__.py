@@ -8,17 +8,23 @@ or the portable chunked ``executemany`` path for any other common-sql ``DbApiHoo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
+from abm_provider.common.arguments import check_choice
 from abm_provider.common.rejects import TooManyRejects
 from abm_provider.warehouse.checks import SchemaMismatch
-from abm_provider.warehouse.dialects import Dialect, DialectOptions, dialect_for, dialect_name
+from abm_provider.warehouse.dialects import Dialect, dialect_for, dialect_name
 from abm_provider.warehouse.flow import WarehouseLoader
 from abm_provider.warehouse.load import LoadRequest, LoadResult
 
 Method = Literal["auto", "native", "generic"]
+#: The loader's paths: the warehouse's bulk path when it has one, that path or a failure, or chunked
+#: ``executemany`` everywhere.
+METHODS: tuple[Method, ...] = ("auto", "native", "generic")
 
 __all__ = [
+    "METHODS",
     "Dialect",
     "LoadRequest",
     "LoadResult",
@@ -41,18 +47,20 @@ def loader_for(
     hook: Any,
     *,
     method: Method = "auto",
-    duckdb_memory_limit: str | None = "1GB",
-    duckdb_threads: int | None = None,
+    dialect_options: Mapping[str, Any] | None = None,
     chunk_rows: int = 10_000,
     log: Any = None,
 ) -> WarehouseLoader:
-    """Return the loader for ``hook``: its native bulk path, or the generic one when asked or unknown."""
-    if method not in ("auto", "native", "generic"):
-        raise ValueError(f"method must be 'auto', 'native' or 'generic', got {method!r}")
-    options = DialectOptions(
-        duckdb_memory_limit=duckdb_memory_limit, duckdb_threads=duckdb_threads, chunk_rows=chunk_rows
+    """Return the loader for ``hook``: its native bulk path, or the generic one when asked or unknown.
+
+    ``dialect_options``: the warehouse's own settings (DuckDB's ``memory_limit`` and ``threads``...),
+    over the connection's extra ``dialect_options``; an option the warehouse's dialect does not have
+    fails naming it (:mod:`abm_provider.warehouse.dialects.options`).
+    """
+    check_choice(method, "method", METHODS)
+    dialect = dialect_for(
+        hook, native=method != "generic", options=dialect_options, chunk_rows=chunk_rows, log=log
     )
-    dialect = dialect_for(hook, native=method != "generic", options=options, log=log)
     if method == "native" and dialect.name == "generic":
         raise ValueError(f"{type(hook).__name__} has no native bulk path; use method='generic' or 'auto'")
     return WarehouseLoader(dialect)

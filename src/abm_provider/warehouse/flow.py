@@ -38,7 +38,7 @@ from typing import Any
 
 from abm_provider.warehouse import checks, ledger, newest, sql
 from abm_provider.warehouse.checks import ColumnPlan, plan_columns
-from abm_provider.warehouse.dialects.base import Dialect
+from abm_provider.warehouse.dialects.base import Dialect, ProcessLock
 from abm_provider.warehouse.load import LoadRequest, LoadResult
 from abm_provider.warehouse.rules_sql import SqlValidated
 from abm_provider.warehouse.schema import STAGE_TABLE, Kind, TableName
@@ -70,18 +70,23 @@ class WarehouseLoader:
             method=self.method,
         )
         incoming = IncomingFile(request, self.dialect.capabilities.stream_readers, self.log)
+        held: list[ProcessLock] = []  # this load's locks of this process, released when it ends
         conn = self.dialect.connect()
         try:
             cur = self.dialect.cursor(conn)
             self.dialect.begin(cur)
-            self._run(conn, cur, request, header, result, incoming)
-            result.sha256, result.bytes = request.sha256, request.size  # known once the download is
+            self._run(conn, cur, request, header, result, incoming, held)
+            # Known once the download is; a skipped load reports the ledger's digest.
+            result.sha256, result.bytes = result.sha256 or incoming.sha256, incoming.size
         except BaseException:
             self.dialect.rollback(conn)
             raise
         finally:
             incoming.let_go()
-            self.dialect.close(conn)
+            try:
+                self.dialect.close(conn)
+            finally:
+                _release(held)
         result.seconds = round(time.monotonic() - started, 3)
         return result
 
@@ -106,18 +111,17 @@ class WarehouseLoader:
         header: Sequence[str] | None,
         result: LoadResult,
         incoming: IncomingFile,
+        held: list[ProcessLock],
     ) -> None:
         d = self.dialect
-        if not request.force and self._already_loaded(conn, cur, request):
-            d.rollback(conn)
-            result.skipped = True
+        if self._skip(conn, cur, request, incoming, result):
             return
         if header is None:
             header = incoming.header()
         existing = d.table_columns(conn, cur, request.table)
         plan = plan_columns(request, header, existing)
         if d.capabilities.direct_new_table and not plan.table_exists:
-            if self._load_new_table(conn, cur, request, plan, result, incoming):
+            if self._load_new_table(conn, cur, request, plan, result, incoming, held):
                 return
             existing = d.table_columns(conn, cur, request.table)
             plan = plan_columns(request, header, existing)
@@ -131,9 +135,9 @@ class WarehouseLoader:
         self.log.info(
             "Staged %s (%.1f MB) in %.1f s (%.1f MB/s) via %s",
             request.path.name,
-            request.size / _MB,
+            incoming.size / _MB,
             seconds,
-            request.size / _MB / seconds,
+            incoming.size / _MB / seconds,
             self.method,
         )
         rejects = dict(staged.rejects)
@@ -142,11 +146,8 @@ class WarehouseLoader:
         total = _count(cur, f"SELECT COUNT(*) FROM {STAGE_TABLE}") + len(staged.rejects)
         self._report_rejects(request, len(plan.header), rejects, total, result)
 
-        d.begin_replace(conn, cur)
-        self._lock(cur, request.table)
-        if not request.force and self._already_loaded(conn, cur, request):
-            d.rollback(conn)
-            result.skipped = True
+        self._lock(conn, cur, request.table, held)
+        if self._skip(conn, cur, request, incoming, result):
             return
         current = d.table_columns(conn, cur, request.table)
         if current != existing:  # another load changed the table while this one staged
@@ -159,7 +160,7 @@ class WarehouseLoader:
         self._replace(cur, request, plan, loaded_at, result)
         known = staged.days  # None: staging did not learn them, so the stage is asked
         result.days = list(known if known is not None else self._days(cur, request, STAGE_TABLE, staged=True))
-        self._write_ledger(conn, cur, request, result, loaded_at)
+        self._write_ledger(conn, cur, request, incoming, result, loaded_at)
         conn.commit()
 
     def _load_new_table(
@@ -170,33 +171,29 @@ class WarehouseLoader:
         plan: ColumnPlan,
         result: LoadResult,
         incoming: IncomingFile,
+        held: list[ProcessLock],
     ) -> bool:
         """The one-pass load into a new table; ``False`` when it was undone and the staged flow must run."""
         d = self.dialect
-        d.begin_replace(conn, cur)
-        self._lock(cur, request.table)
-        if not request.force and self._already_loaded(conn, cur, request):
-            d.rollback(conn)
-            result.skipped = True
+        self._lock(conn, cur, request.table, held)
+        if self._skip(conn, cur, request, incoming, result):
             return True
         if d.table_columns(conn, cur, request.table) is not None:
             self.log.info("%s was created by another load meanwhile; staging the file", request.table)
-            self._restart(conn, cur)
+            self._restart(conn, cur, held)
             return False
         self._prepare_ledger(conn, cur, request)
         self._prepare_target(cur, request, plan)
         loaded_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         started = time.monotonic()
-        digest_known = bool(request.sha256)
+        digest_known = bool(incoming.sha256)
         filled = d.load_direct(cur, request, plan, loaded_at, incoming)
         incoming.wait_for_download()
-        if not (digest_known or request.force) and self._already_loaded(conn, cur, request):
-            # A link without an execution id: only now, downloaded, does the file say what it is.
-            d.rollback(conn)
-            result.skipped = True
+        # A link without an execution id: only now, downloaded, does the file say what it is.
+        if not digest_known and self._skip(conn, cur, request, incoming, result):
             return True
         if filled is None:
-            self._restart(conn, cur)
+            self._restart(conn, cur, held)
             return False
         rows = filled.rows
         seconds = max(time.monotonic() - started, 1e-6)
@@ -204,17 +201,17 @@ class WarehouseLoader:
             "Loaded %s (%.1f MB) straight into the new table %s in %.1f s (%.1f MB/s): every record "
             "passed the column rules and no key repeats",
             request.path.name,
-            request.size / _MB,
+            incoming.size / _MB,
             request.table,
             seconds,
-            request.size / _MB / seconds,
+            incoming.size / _MB / seconds,
         )
         result.rows_loaded = rows
         known = filled.days  # None: the fill did not learn them, so the table is asked
         table = d.table_sql(request.table)
         result.days = list(known if known is not None else self._days(cur, request, table, staged=False))
         self._report_rejects(request, len(plan.header), {}, rows, result)
-        self._write_ledger(conn, cur, request, result, loaded_at)
+        self._write_ledger(conn, cur, request, incoming, result, loaded_at)
         conn.commit()
         return True
 
@@ -230,9 +227,10 @@ class WarehouseLoader:
         cur.execute(f"SELECT DISTINCT {day} FROM {rows}{valid}")
         return sorted(str(row[0])[:10] for row in cur.fetchall() if row[0] is not None)
 
-    def _restart(self, conn: Any, cur: Any) -> None:
-        """Undo everything of the transaction and open a fresh one for the staged flow."""
+    def _restart(self, conn: Any, cur: Any, held: list[ProcessLock]) -> None:
+        """Undo everything of the transaction, locks included, and open a fresh one for the staged flow."""
         self.dialect.rollback(conn)
+        _release(held)
         self.dialect.begin(cur)
 
     def _report_rejects(
@@ -245,25 +243,39 @@ class WarehouseLoader:
 
     # ---- the ledger ----------------------------------------------------------------------------
 
-    def _already_loaded(self, conn: Any, cur: Any, request: LoadRequest) -> bool:
+    def _skip(
+        self, conn: Any, cur: Any, request: LoadRequest, incoming: IncomingFile, result: LoadResult
+    ) -> bool:
+        """Whether the ledger has this load already (unless forced): then roll back, say so in ``result``."""
+        if request.force:
+            return False
+        found = self._already_loaded(conn, cur, request, incoming.sha256)
+        if found is None:
+            return False
+        self.dialect.rollback(conn)
+        result.skipped, result.sha256 = True, incoming.sha256 or found
+        return True
+
+    def _already_loaded(self, conn: Any, cur: Any, request: LoadRequest, sha256: str) -> str | None:
+        """The digest of the ledger's row for this execution and file (``sha256``, empty while it
+        downloads) in the table; ``None`` when the ledger has none."""
         d = self.dialect
         if d.table_columns(conn, cur, request.ledger) is None:
-            return False
-        if request.sha256:
+            return None
+        if sha256:
             cur.execute(
                 ledger.find_sql(d, request.ledger),
-                [str(request.table), request.sha256, request.execution_id, request.execution_id],
+                [str(request.table), sha256, request.execution_id, request.execution_id],
             )
         elif request.execution_id is not None:  # still downloading: an execution's file never changes
             cur.execute(
                 ledger.find_execution_sql(d, request.ledger), [str(request.table), request.execution_id]
             )
         else:
-            return False
+            return None
         row = cur.fetchone()
         if row is None:
-            return False
-        request.sha256 = request.sha256 or str(row[2])
+            return None
         self.log.info(
             "Execution %s (sha256 %s) is already in %s since %s (%s rows); nothing to do. "
             "Pass force=True to load it again.",
@@ -273,7 +285,7 @@ class WarehouseLoader:
             row[0],
             row[1],
         )
-        return True
+        return str(row[2])
 
     def _prepare_ledger(self, conn: Any, cur: Any, request: LoadRequest) -> None:
         """Create the ledger, or add the columns an older version's ledger lacks (under the lock)."""
@@ -287,15 +299,21 @@ class WarehouseLoader:
             self.log.warning("Added column %s %s to the load ledger %s", name, sql_type, request.ledger)
 
     def _write_ledger(
-        self, conn: Any, cur: Any, request: LoadRequest, result: LoadResult, loaded_at: dt.datetime
+        self,
+        conn: Any,
+        cur: Any,
+        request: LoadRequest,
+        incoming: IncomingFile,
+        result: LoadResult,
+        loaded_at: dt.datetime,
     ) -> None:
         entry = ledger.LedgerEntry(
             target_table=str(request.table),
             execution_id=request.execution_id,
             export_type=request.export.export_type,
-            sha256=request.sha256,
+            sha256=incoming.sha256,
             source=request.source,
-            bytes=request.size,
+            bytes=incoming.size,
             rows_loaded=result.rows_loaded,
             rows_deleted=result.rows_deleted,
             rows_rejected=result.rows_rejected,
@@ -306,16 +324,22 @@ class WarehouseLoader:
         d = self.dialect
         cur.execute(ledger.insert_sql(d, request.ledger), [d.adapt(conn, v) for v in entry.values()])
 
-    def newer_params(self, request: LoadRequest) -> list[Any]:
-        """The bind values of the ledger's newer-execution queries, adapted for the driver."""
+    def newer_params(self, cur: Any, request: LoadRequest) -> list[Any]:
+        """The bind values of the ledger's newer-execution queries, adapted for ``cur``'s driver."""
         return [
-            self.dialect.adapt(None, v)
+            self.dialect.adapt(cur, v)
             for v in ledger.newer_params(str(request.table), request.execution_time, request.execution_id)
         ]
 
-    def _lock(self, cur: Any, table: TableName) -> None:
-        """Take the dialect's lock on ``table`` for this transaction; say so where it has none."""
-        self.dialect.lock(cur, table)
+    def _lock(self, conn: Any, cur: Any, table: TableName, held: list[ProcessLock]) -> None:
+        """Take the dialect's lock on ``table`` and open the replace transaction; say so where it has none.
+
+        A lock of this process goes into ``held``, released when the load's transaction has ended.
+        """
+        taken = self.dialect.lock(cur, table)
+        if taken is not None:
+            held.append(taken)
+        self.dialect.begin_replace(conn, cur)
         if self.dialect.capabilities.table_lock == "none":
             self.log.warning(
                 "The %s dialect has no lock that keeps two loads of %s apart: run one load of a table "
@@ -345,7 +369,9 @@ class WarehouseLoader:
         """
         d = self.dialect
         found = (
-            newest.newer_execution(d, cur, request, self.newer_params(request)) if plan.table_exists else None
+            newest.newer_execution(d, cur, request, self.newer_params(cur, request))
+            if plan.table_exists
+            else None
         )
         if found is not None:
             # An execution older than one in the table: the newer figures stay. Only the restated
@@ -374,7 +400,7 @@ class WarehouseLoader:
         """
         statement = sql.delete_sql(self.dialect, request, plan, keep_newer=keep_newer)
         if keep_newer:
-            cur.execute(statement, self.newer_params(request))
+            cur.execute(statement, self.newer_params(cur, request))
         else:
             cur.execute(statement)
         return self.dialect.rowcount(cur)
@@ -395,9 +421,15 @@ class WarehouseLoader:
         """
         cur.execute(
             sql.insert_sql(self.dialect, request, plan, keep_newer=keep_newer),
-            [request.execution_id, self.dialect.adapt(None, loaded_at)],
+            [request.execution_id, self.dialect.adapt(cur, loaded_at)],
         )
         return self.dialect.rowcount(cur)
+
+
+def _release(held: list[ProcessLock]) -> None:
+    """Release the locks of this process a load took (its transaction has ended), emptying ``held``."""
+    while held:
+        held.pop().release()
 
 
 def _count(cur: Any, statement: str) -> int:

@@ -17,6 +17,8 @@ from abm_provider.common.rejects import Limit
 from abm_provider.warehouse.schema import ExportSchema, TableName
 
 OnSchemaChange = Literal["fail", "add_columns"]
+#: What a load does with file columns the table lacks: fail, or add them to the table.
+ON_SCHEMA_CHANGES: tuple[OnSchemaChange, ...] = ("fail", "add_columns")
 
 
 class StreamReader(Protocol):
@@ -49,14 +51,15 @@ class ByteSource(Protocol):
     def settle(self) -> Verified: ...
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoadRequest:
     """Everything one load needs, already resolved from the operator's (templated) arguments.
 
-    With a ``stream`` the file at ``path`` is still downloading: a dialect whose bulk path can read
-    it as it arrives does, then :meth:`IncomingFile.wait_for_download` waits for the file to be
-    complete and checked, fills in ``sha256`` and ``size`` (empty until then) and drops the stream,
-    before anything else reads ``path`` and before the commit.
+    Frozen: a load reads it and never changes it. With a ``stream`` the file at ``path`` is still
+    downloading (``sha256`` and ``size`` are then empty): a dialect whose bulk path can read it as it
+    arrives does, then :meth:`~abm_provider.warehouse.stream.IncomingFile.wait_for_download` waits for
+    the file to be complete and checked, before anything else reads ``path`` and before the commit;
+    the digest and size it learns are the load's ``IncomingFile``'s, and its result's.
     """
 
     path: Path

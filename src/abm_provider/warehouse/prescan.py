@@ -163,7 +163,7 @@ def _column_passes(present: Any, kind: Kind) -> bool:
     pass 2 s of its 4.5. A date passes exactly when Arrow's strict ``YYYY-MM-DD`` cast takes it
     (it refuses other spellings and days a month lacks) and its year is not 0; a count of 1 to 18
     ASCII digits needs no pattern (a sign does, and gets it). Property-tested against the Python
-    rules (tests/transfers/test_prescan.py).
+    rules (tests/warehouse/test_prescan.py).
     """
     import pyarrow as pa
     import pyarrow.compute as pc

@@ -40,7 +40,16 @@ class Kind(Enum):
 
     @property
     def sql_type(self) -> str:
-        return _SQL_TYPES[self]
+        """The column's standard SQL type (a dialect may spell it otherwise: ``Dialect.column_type``)."""
+        return COLUMN_TYPES[self].sql
+
+    def arrow_type(self) -> Any:
+        """The column's pyarrow type, the same type as :attr:`sql_type` (the Parquet files' columns)."""
+        import pyarrow as pa  # only the Parquet conversion and the pre-scan need it
+
+        column = COLUMN_TYPES[self]
+        factory: Callable[..., Any] = getattr(pa, column.arrow)
+        return factory(*column.arrow_args)
 
     @property
     def pattern(self) -> str | None:
@@ -51,7 +60,30 @@ class Kind(Enum):
         return _DESCRIPTIONS[self]
 
 
-_SQL_TYPES = {Kind.DATE: "DATE", Kind.COUNT: "BIGINT", Kind.MONEY: "DECIMAL(18,2)", Kind.TEXT: "TEXT"}
+@dataclass(frozen=True)
+class ColumnType:
+    """One column kind's type, written once: its standard SQL spelling and the pyarrow type that holds
+    the same values (``arrow`` names the ``pyarrow`` factory, ``arrow_args`` its arguments)."""
+
+    sql: str
+    arrow: str
+    arrow_args: tuple[int, ...] = ()
+
+
+#: Money's precision and scale, in SQL and in Parquet alike.
+MONEY_DIGITS, MONEY_PLACES = 18, 2
+
+#: The types of the export files' columns: the warehouse tables' SQL types and the Parquet files'
+#: Arrow types both come from here, so a file converted to Parquet holds what a load would store.
+COLUMN_TYPES: Mapping[Kind, ColumnType] = {
+    Kind.DATE: ColumnType("DATE", "date32"),
+    Kind.COUNT: ColumnType("BIGINT", "int64"),
+    Kind.MONEY: ColumnType(
+        f"DECIMAL({MONEY_DIGITS},{MONEY_PLACES})", "decimal128", (MONEY_DIGITS, MONEY_PLACES)
+    ),
+    Kind.TEXT: ColumnType("TEXT", "string"),
+}
+
 # Years 0001-9999 (both databases and Python agree on that range); 18 digits always fit a BIGINT;
 # DECIMAL(18,2) leaves 16 digits before the point.
 _PATTERNS: dict[Kind, str | None] = {
@@ -60,13 +92,13 @@ _PATTERNS: dict[Kind, str | None] = {
         r"-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
     ),
     Kind.COUNT: r"-?[0-9]{1,18}",
-    Kind.MONEY: r"-?[0-9]{1,16}(\.[0-9]{1,2})?",
+    Kind.MONEY: rf"-?[0-9]{{1,{MONEY_DIGITS - MONEY_PLACES}}}(\.[0-9]{{1,{MONEY_PLACES}}})?",
     Kind.TEXT: None,
 }
 _DESCRIPTIONS = {
     Kind.DATE: "a date YYYY-MM-DD",
     Kind.COUNT: "an integer",
-    Kind.MONEY: "a decimal with at most 2 places",
+    Kind.MONEY: f"a decimal with at most {MONEY_PLACES} places",
     Kind.TEXT: "text",
 }
 
@@ -142,6 +174,16 @@ EXPORT_SCHEMAS: Mapping[str, ExportSchema] = {
 }
 
 
+def export_column_kinds() -> dict[str, Kind]:
+    """The kind of every column the export types document, by name (a name means the same in each)."""
+    kinds: dict[str, Kind] = {}
+    for schema in EXPORT_SCHEMAS.values():
+        for name, kind in schema.columns:
+            if kinds.setdefault(name, kind) is not kind:
+                raise ValueError(f"column {name!r} has two kinds: {kinds[name].value} and {kind.value}")
+    return kinds
+
+
 def export_schema(export_type: str) -> ExportSchema:
     """Return the schema of a known export type, or raise naming the known ones."""
     try:
@@ -158,14 +200,18 @@ def check_identifier(name: str, what: str) -> str:
     return name
 
 
-def quote(name: str) -> str:
-    """Quote an identifier already checked by :func:`check_identifier`, in standard SQL's ``"``.
+#: Standard SQL's quoting of an identifier (``{}`` is the name).
+STANDARD_QUOTE = '"{}"'
 
-    The loader and the list sync's state tables quote through their dialect
-    (:meth:`abm_provider.warehouse.dialects.base.Dialect.quote`); this and :attr:`TableName.sql`
-    serve what has no connection to ask.
+
+def quote(name: str, form: str = STANDARD_QUOTE) -> str:
+    """Quote an identifier already checked by :func:`check_identifier`, as ``form`` says.
+
+    The one quoting function: standard SQL's ``"`` by default (DuckDB's, PostgreSQL's, and what has
+    no connection to ask, as :attr:`TableName.sql`), or a dialect's own form
+    (:attr:`abm_provider.warehouse.dialects.base.Dialect.quote_format`, MySQL's backquote).
     """
-    return f'"{name}"'
+    return form.format(name)
 
 
 @dataclass(frozen=True)

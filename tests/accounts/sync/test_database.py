@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from sync_support import CONN_ID, PG_DSN, Warehouse
+from sync_support import CONN_ID
 
 from abm_provider.accounts.sync import database
 from abm_provider.accounts.sync.database import (
@@ -29,7 +29,7 @@ from abm_provider.accounts.sync.database import (
 )
 from abm_provider.accounts.sync.state import StateTables
 from abm_provider.common.sql import sql_hook
-from support.warehouses import MARIADB
+from support.warehouses import Warehouse
 
 _WAIT = 60  # seconds an event may take before the test fails instead of hanging
 
@@ -37,8 +37,9 @@ _WAIT = 60  # seconds an event may take before the test fails instead of hanging
 class Target:
     """One test's fresh database: opens connections to it as a sync does, and closes them all."""
 
-    def __init__(self, schema: str | None) -> None:
-        self.schema = schema
+    def __init__(self, warehouse: Warehouse) -> None:
+        self.warehouse = warehouse
+        self.schema = warehouse.schema
         self.opened: list[StateDatabase] = []
 
     def connect(self) -> StateDatabase:
@@ -62,7 +63,7 @@ class Target:
 @pytest.fixture
 def target(warehouse: Warehouse) -> Iterator[Target]:
     """The test's DuckDB file or PostgreSQL schema (the ``warehouse`` fixture's), as a sync reaches it."""
-    found = Target(warehouse.schema)
+    found = Target(warehouse)
     yield found
     found.close()  # before the schema is dropped: an open transaction would block the drop
 
@@ -174,13 +175,11 @@ def test_two_creators_of_the_same_fresh_tables_at_once_both_succeed(target: Targ
 @postgres_only
 def test_on_postgresql_creation_waits_for_another_session_creating_the_same_tables(target: Target) -> None:
     """The creation lock is PostgreSQL's, so it also serialises creators in other processes."""
-    import psycopg
-
     db, tables = target.connect(), target.tables()
     key = tables.lock_key()
     waiting = "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND pid = %s"
     pid = _backend_pid(db)
-    with closing(psycopg.connect(PG_DSN)) as other:
+    with closing(target.warehouse.connect()) as other:
         other.execute("SELECT pg_advisory_xact_lock(%s)", [lock_number(key)])
         creator = threading.Thread(target=db.create_tables, args=(tables.create_sql(db.dialect), key))
         creator.start()
@@ -246,10 +245,8 @@ def test_on_postgresql_a_long_run_id_is_reported_as_far_as_postgresql_keeps_it(t
 
 @postgres_only
 def test_on_postgresql_a_lock_taken_outside_a_sync_is_reported_without_a_run_id(target: Target) -> None:
-    import psycopg
-
     db, key = target.connect(), _key()
-    with closing(psycopg.connect(PG_DSN, autocommit=True)) as other:
+    with closing(target.warehouse.connect(autocommit=True)) as other:
         other.execute("SELECT pg_advisory_lock(%s)", [lock_number(key)])
         holder = db.try_lock(key, "run_b")
         assert holder is not None
@@ -261,12 +258,10 @@ def test_on_postgresql_a_lock_taken_outside_a_sync_is_reported_without_a_run_id(
 @mariadb_only
 def test_on_mariadb_a_lock_another_process_holds_is_refused_naming_its_connection(target: Target) -> None:
     """``GET_LOCK`` is the server's: a session of another process has it, with no run id to tell."""
-    import MySQLdb
-
     from abm_provider.warehouse.dialects.mysql import _lock_name
 
     db, key = target.connect(), _key()
-    with closing(MySQLdb.connect(**MARIADB)) as other:
+    with closing(target.warehouse.connect()) as other:
         cur = other.cursor()
         cur.execute("SELECT GET_LOCK(%s, 0), CONNECTION_ID()", [_lock_name(key)])
         taken, connection = cur.fetchone()

@@ -1,9 +1,9 @@
-"""A list sync that is safe to leave running (issue 29): guards, the retry policy, the run log, control.
+"""A list sync that is safe to leave running (issue 29): guards, the run log, control.
 
 Each test runs ``AccountListSyncOperator`` against the emulator with the state on DuckDB, PostgreSQL and
 MariaDB, and reads what reached the service from the emulator's request log (with each request's
 body) and its admin view of the list, never from the operator's own summary alone; the warehouse is
-read with the database's own driver.
+read with the database's own driver. The retry policy of accounts not found is ``test_clock.py``'s.
 """
 
 from __future__ import annotations
@@ -14,37 +14,22 @@ from typing import Any
 import pytest
 from sync_support import (
     COLUMNS,
+    NOT_FOUND,
     ORG,
-    Warehouse,
     account_id,
     clear_requests,
     make_list,
     member_ids,
     membership_requests,
     rows_for,
+    sent_ids,
     state_ids,
     sync,
 )
 
 from abm_provider.exceptions import SyncGuardTripped
 from abm_provider.hooks.abm import AbmHook
-
-NOT_FOUND = "002000000000000099"  # well formed, but not an account id: the service reports it not found
-HOUR = 3600
-
-
-def sent_ids(abm: Any, action: str = "add", *, accepted_only: bool = False) -> list[str]:
-    """The account ids the service received in ``action`` requests since the log was cleared.
-
-    With ``accepted_only``, only those in requests the service answered with a 2xx.
-    """
-    ids: list[str] = []
-    for seen in abm.requests_seen():
-        if accepted_only and not 200 <= int(seen.get("status") or 0) < 300:
-            continue
-        if seen.get("method") == "POST" and str(seen.get("path", "")).endswith(f"/accounts/{action}"):
-            ids.extend(a["id"] for a in (seen.get("body") or {}).get("accounts", []))
-    return ids
+from support.warehouses import Warehouse
 
 
 def run_status(warehouse: Warehouse, list_id: str, run_id: str) -> str:
@@ -129,46 +114,6 @@ def test_a_dry_run_reports_the_guard_it_would_trip_without_failing(abm: Any, war
     assert (preview["to_remove"], preview["guard"], preview["dry_run"]) == (2, "max_removals", True)
     assert membership_requests(abm) == {"add": 0, "remove": 0}
     assert sync(warehouse, list_id, "run_3", max_removals=None)["guard"] is None
-
-
-# ---- the retry policy ----------------------------------------------------------------------------------
-
-
-def test_a_not_found_account_is_sent_again_only_after_the_delay_on_the_service_clock(
-    abm: Any, warehouse: Warehouse
-) -> None:
-    list_id = make_list()
-    warehouse.replace_table("targets", COLUMNS, [*rows_for(range(2)), (NOT_FOUND, "Ghost", ORG)])
-    assert sync(warehouse, list_id, "run_1")["not_found"] == 1
-
-    abm.advance(23 * HOUR)
-    clear_requests(abm)
-    early = sync(warehouse, list_id, "run_2")
-    assert (early["to_add"], early["held"]) == (0, 1)
-    assert sent_ids(abm) == []
-
-    abm.advance(2 * HOUR)
-    late = sync(warehouse, list_id, "run_3")
-    assert (late["to_add"], late["not_found"], late["held"]) == (1, 1, 0)
-    assert sent_ids(abm) == [NOT_FOUND]
-    # The new refusal replaced the old one: one reject, timed by the service's clock.
-    rejects = warehouse.query(
-        f"SELECT run_id, recorded_at FROM {warehouse.name('abm_sync_rejects')} WHERE account_id = %s",
-        [NOT_FOUND],
-    )
-    assert [r[0] for r in rejects] == ["run_3"]
-    service_now = datetime.fromisoformat(abm.clock()["now"].replace("Z", "+00:00")).astimezone(UTC)
-    assert abs(rejects[0][1] - service_now.replace(tzinfo=None)) < timedelta(minutes=2)
-
-
-def test_retry_not_found_after_none_holds_until_the_row_changes(abm: Any, warehouse: Warehouse) -> None:
-    list_id = make_list()
-    warehouse.replace_table("targets", COLUMNS, [(NOT_FOUND, "Ghost", ORG)])
-    sync(warehouse, list_id, "run_1", retry_not_found_after=None)
-    abm.advance(30 * 24 * HOUR)
-    clear_requests(abm)
-    assert sync(warehouse, list_id, "run_2", retry_not_found_after=None)["held"] == 1
-    assert sent_ids(abm) == []
 
 
 def test_a_batch_refused_with_400_for_one_account_adds_the_rest_and_holds_that_one(

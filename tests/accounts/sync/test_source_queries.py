@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from sync_support import CONN_ID, ORG, Warehouse, context, make_list, open_warehouse
+from sync_support import CONN_ID, ORG, context, make_list, open_sync_warehouse
 
 from abm_provider.accounts.sync.staging import Stager
 from abm_provider.operators.account_lists import AccountListSyncOperator
+from support.warehouses import Warehouse
 
 COLUMNS = ("account_id", "account_name", "crm_org_id", "segment")
 ROWS = [
@@ -139,7 +140,7 @@ def lists(
     with pytest.MonkeyPatch.context() as patch:
         conn = {"conn_type": "abm", "host": emulator_process.base_url, "password": emulator_process.api_key}
         patch.setenv("AIRFLOW_CONN_ABM_DEFAULT", json.dumps(conn))
-        with open_warehouse(request.param, tmp_path_factory.mktemp("corpus"), patch) as warehouse:
+        with open_sync_warehouse(request.param, tmp_path_factory.mktemp("corpus"), patch) as warehouse:
             warehouse.replace_table("corpus", COLUMNS, ROWS)
             warehouse.execute(
                 f"CREATE VIEW {warehouse.name('corpus_view')} AS "

@@ -14,21 +14,18 @@ import uuid
 from typing import Any
 
 import pytest
-from sync_support import CONN_ID, ORG, Warehouse
+from sync_support import CONN_ID, ORG
 
 from abm_provider.accounts.sources import SqlSource
 from abm_provider.accounts.sync.database import StateDatabase
 from abm_provider.accounts.sync.options import SyncOptions
 from abm_provider.accounts.sync.row_values import account_hash
-from abm_provider.accounts.sync.staging import (
-    STAGE_COLUMNS,
-    Stager,
-    stage_table_sql,
-    staged_hash_sql,
-)
+from abm_provider.accounts.sync.staging import Stager
+from abm_provider.accounts.sync.statements.staging import STAGE_COLUMNS, stage_columns_sql, staged_hash_sql
 from abm_provider.accounts.validation import AccountValidator
 from abm_provider.common.sql import sql_hook
 from abm_provider.warehouse.schema import TableName
+from support.warehouses import Warehouse
 
 SOURCE_COLUMNS = ["account_id", "account_name", "crm_org_id", "crm_type"]
 COLUMN_MAP = {"id": "account_id", "name": "account_name", "crmOrgId": "crm_org_id", "crmType": "crm_type"}
@@ -81,7 +78,7 @@ def staged(db: StateDatabase, stage: str) -> list[tuple[Any, ...]]:
 
 def new_stage(db: StateDatabase) -> str:
     stage = f"test_stage_{uuid.uuid4().hex[:8]}"
-    db.execute(f"CREATE TEMPORARY TABLE {stage} ({stage_table_sql(db.dialect)})")
+    db.execute(f"CREATE TEMPORARY TABLE {stage} ({stage_columns_sql(db.dialect)})")
     return stage
 
 

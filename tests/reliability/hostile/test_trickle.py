@@ -90,11 +90,6 @@ def test_sync_timeout_counts_every_attempt(hostile: Against) -> None:
     assert_api_error(run.err, run.elapsed, kinds={"timeout"}, within=BOUND)
 
 
-def test_old_setting_name_timeout_is_a_total_deadline_too(hostile: Against) -> None:
-    run = hostile.call(trickle_head(), "iter_folders", timeout=1, max_attempts=1)
-    assert_api_error(run.err, run.elapsed, kinds={"timeout"}, within=BOUND)
-
-
 @pytest.mark.parametrize("phase", ["head", "body"])
 async def test_async_call_times_out_on_a_trickle(
     phase: str, hostile: Against, caplog: pytest.LogCaptureFixture

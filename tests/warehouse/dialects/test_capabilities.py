@@ -7,12 +7,15 @@ reader sees in one place what each warehouse does: its bulk path, its locks, the
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from abm_provider.warehouse.dialects import DIALECTS, GENERIC, Capabilities, _load, check_declared
+from abm_provider.warehouse.dialects.capabilities import POSITIONAL_MARKERS
 from abm_provider.warehouse.dialects.generic import GenericDialect
+from abm_provider.warehouse.dialects.options import NoOptions
 
 REGISTERED = sorted({*DIALECTS.values(), GENERIC})
 
@@ -52,6 +55,40 @@ def test_rules_in_sql_declared_without_the_rules_is_refused() -> None:
     class Promising(GenericDialect):
         name = "promising"
         capabilities = dataclasses.replace(GenericDialect.capabilities, rules_in_sql=True)
+        options_type = NoOptions
 
     with pytest.raises(TypeError, match="Promising declares rules_in_sql but does not define matches_sql"):
         check_declared(Promising)
+
+
+def test_a_dialects_placeholder_is_the_marker_of_the_style_it_declares() -> None:
+    """Declared once: the loader's marker follows ``param_style`` (or, for ``"hook"``, the hook's)."""
+    for path in REGISTERED:
+        dialect = _load(path)(None)
+        style = dialect.capabilities.param_style
+        assert dialect.placeholder == POSITIONAL_MARKERS["format" if style == "hook" else style], path
+    assert GenericDialect(SimpleNamespace(placeholder="?")).placeholder == "?"
+
+
+def test_a_style_by_name_without_a_positional_marker_is_refused() -> None:
+    class Named(GenericDialect):
+        name = "named"
+        capabilities = dataclasses.replace(GenericDialect.capabilities, param_style="named")
+        options_type = NoOptions
+
+    with pytest.raises(
+        TypeError, match="Named declares param_style='named' but does not define positional_marker"
+    ):
+        check_declared(Named)
+    with pytest.raises(TypeError, match="declares param_style='named', which has no positional marker"):
+        Named(None)
+
+    class NamedAndPositional(Named):
+        capabilities = Named.capabilities
+        options_type = NoOptions
+
+        def positional_marker(self) -> str:
+            return "?"
+
+    check_declared(NamedAndPositional)
+    assert NamedAndPositional(None).placeholder == "?"

@@ -19,16 +19,14 @@ import pytest
 
 from abm_provider.common.rejects import read_rejects
 from support.export_files import csv_line, days, download_xcom, expected, tactic_rows, write_export
-from support.warehouses import SqliteTestHook, Warehouse, make_warehouse
+from support.warehouses import Warehouse, make_warehouse
 
 ROWS = tactic_rows(days(dt.date(2026, 10, 1), 3), 3, version=1)
 TP = "TACTIC_PERFORMANCE"
 
 
 def sqlite(tmp_path: Path, name: str = "wh", method: str = "generic") -> Warehouse:
-    return Warehouse(
-        "sqlite", f"{name}_sqlite", "tactic_perf", method, hook=SqliteTestHook(tmp_path / f"{name}.sqlite")
-    )
+    return Warehouse("sqlite", f"{name}_sqlite", tmp_path / f"{name}.sqlite", method=method)
 
 
 def export(path: Path, rows: list[dict[str, str]]) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 :class:`~abm_provider.accounts.sync.engine.ListSync` runs a sync through its steps: ``plan`` (the
 diff), ``sending``, ``recording`` and ``summary``, over the tables of ``state``, reached through
-``database`` and kept to one sync of a list at a time by ``lock``. ``AccountListSyncOperator`` (in
+``database`` and kept to one sync of a list at a time by ``lock``. Their SQL is in ``statements``, one
+module per concern, written once for every dialect. ``AccountListSyncOperator`` (in
 :mod:`abm_provider.operators.account_lists`) runs it as a task.
 """
 

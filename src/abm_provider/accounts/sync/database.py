@@ -27,7 +27,9 @@ from typing import Any
 from airflow.providers.common.sql.hooks.sql import DbApiHook
 
 from abm_provider.accounts.sync.state import StateTables, TableSql
-from abm_provider.warehouse.dialects import Dialect, DialectOptions, dialect_for
+from abm_provider.accounts.sync.statements.binding import Sql, param_style
+from abm_provider.accounts.sync.statements.tables import StateSql
+from abm_provider.warehouse.dialects import Dialect, dialect_for
 from abm_provider.warehouse.dialects.base import lock_number
 
 __all__ = ["LOCK_POLL_INTERVAL", "LockHolder", "StateDatabase", "StateFileLocked", "lock_number", "wait_for"]
@@ -41,7 +43,7 @@ LOCK_POLL_INTERVAL = 1.0
 _LABEL_PREFIX = "abm_sync "
 #: A DuckDB state database holds at most this much in memory and spills the rest to disk, so a sync's
 #: peak memory stays flat whatever the list's size; a ``memory_limit`` the connection sets wins.
-_STATE_OPTIONS = DialectOptions(duckdb_memory_limit="80MB")
+_STATE_OPTIONS = {"memory_limit": "80MB"}
 
 
 @dataclass(frozen=True)
@@ -108,19 +110,30 @@ def _now() -> datetime:
 class StateDatabase:
     """The state warehouse, through one connection.
 
-    Statements are run as they are written: the sync writes its own with the driver's marker
-    (:attr:`marker`, :meth:`marks`), and a user's query goes to the driver untouched, with the user's
-    parameters as given (:meth:`run_query`). No SQL text is rewritten here, so a ``%`` or ``?`` in a
-    user's literal, comment or operator reaches the database as written.
+    The sync's own statements (:mod:`~abm_provider.accounts.sync.statements`) carry their values and
+    are bound in the parameter style the dialect declares; a text is run as written, with values in
+    the driver's own style (:attr:`marker`, :meth:`marks`). A user's query goes to the driver untouched,
+    with the user's parameters as given (:meth:`run_query`). No SQL text is rewritten here, so a ``%``
+    or ``?`` in a user's literal, comment or operator reaches the database as written.
     """
 
     def __init__(self, hook: DbApiHook, *, lock_timeout: float = 0.0) -> None:
         """Connect; wait up to ``lock_timeout`` seconds for a database file another process holds.
 
         :raises StateFileLocked: the database file (DuckDB's) stayed locked by another process.
+        :raises ValueError: the dialect declares no multi-statement transactions, which the sync needs.
         """
         self.hook = hook
-        self.dialect: Dialect = dialect_for(hook, options=_STATE_OPTIONS, log=log)
+        self.dialect: Dialect = dialect_for(hook, defaults=_STATE_OPTIONS, log=log)
+        if not self.dialect.capabilities.multi_statement_transactions:
+            # A plan commits with its run's row, and an answered group with the run's progress: one
+            # without the other after a crash would send a change twice or record it as never sent.
+            raise ValueError(
+                f"the list sync's state database must commit several statements together, and the "
+                f"{self.dialect.name} dialect declares multi_statement_transactions=False: keep the state "
+                "tables on another connection (state_conn_id)"
+            )
+        self.style = param_style(self.dialect)
         self.marker = self.dialect.placeholder
         self.conn: Any = self._connect(lock_timeout)
         self.cur: Any = self.dialect.cursor(self.conn)
@@ -166,6 +179,10 @@ class StateDatabase:
     def names(self, tables: StateTables) -> TableSql:
         """The state tables' names as this database's SQL (quoted as its dialect quotes)."""
         return tables.in_sql(self.dialect)
+
+    def state_sql(self, tables: StateTables) -> StateSql:
+        """What the sync's statements read of ``tables`` on this database."""
+        return StateSql.of(self.dialect, tables)
 
     # ---- locks -----------------------------------------------------------------------------------
 
@@ -250,10 +267,16 @@ class StateDatabase:
         """``count`` bind markers of the driver, comma-separated (a ``VALUES`` list, an ``IN`` list)."""
         return ", ".join([self.marker] * count)
 
-    def execute(self, text: str, params: Sequence[Any] = ()) -> int:
-        """Run one of the sync's own statements, written with :attr:`marker`; return the rows it
-        changed (-1 when the driver does not say)."""
-        self.cur.execute(text, list(params))
+    def execute(self, statement: Sql | str, params: Sequence[Any] = ()) -> int:
+        """Run a statement of the sync (its values bound in the dialect's style), or a text written with
+        :attr:`marker` and its ``params``; return the rows it changed (-1 when the driver does not say)."""
+        if isinstance(statement, Sql):
+            if params:
+                raise ValueError("a statement of the sync carries its own values: pass no params")
+            text, bound = statement.bound(self.style)
+            self.cur.execute(text, bound)
+        else:
+            self.cur.execute(statement, list(params))
         return int(self.cur.rowcount)
 
     def run_query(self, text: str, parameters: Mapping[str, Any] | Sequence[Any] | None) -> None:
@@ -267,19 +290,25 @@ class StateDatabase:
         else:
             self.cur.execute(text)
 
-    def executemany(self, text: str, rows: Sequence[Sequence[Any]]) -> None:
-        """Run one statement for each row of parameters."""
-        if rows:
-            self.cur.executemany(text, [list(r) for r in rows])
+    def executemany(self, statement: Sql | str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement for each row of values (a statement of the sync takes them at its row's
+        places, :func:`~abm_provider.accounts.sync.statements.binding.row_values`)."""
+        if not rows:
+            return
+        if isinstance(statement, Sql):
+            text, bound = statement.bound_rows(self.style, rows)
+            self.cur.executemany(text, bound)
+        else:
+            self.cur.executemany(statement, [list(r) for r in rows])
 
-    def rows(self, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def rows(self, statement: Sql | str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """All rows of a query (callers keep results small: counts, one batch, a sample)."""
-        self.execute(text, params)
+        self.execute(statement, params)
         return [tuple(r) for r in self.cur.fetchall()]
 
-    def value(self, text: str, params: Sequence[Any] = ()) -> Any:
+    def value(self, statement: Sql | str, params: Sequence[Any] = ()) -> Any:
         """The first column of the first row, or ``None``."""
-        found = self.rows(text, params)
+        found = self.rows(statement, params)
         return found[0][0] if found else None
 
     def analyze(self, *tables: str) -> None:

@@ -41,6 +41,7 @@ from abm_provider.accounts.sync.recording import Recorder
 from abm_provider.accounts.sync.sending import PlannedRun, Sender, unfinished_runs
 from abm_provider.accounts.sync.state import utc_now
 from abm_provider.accounts.sync.summary import check_drift, member_count, read_summary
+from abm_provider.common.arguments import check_choice
 from abm_provider.common.rejects import check_limit
 
 if TYPE_CHECKING:
@@ -67,8 +68,7 @@ class ListSync:
         check_limit(options.max_rejected, "max_rejected")
         check_lock_timeout(options.lock_timeout)
         check_options(options)
-        if options.mode not in MODES:
-            raise ValueError(f"mode must be one of {list(MODES)}, got {options.mode!r}")
+        check_choice(options.mode, "mode", MODES)
         self.db = db
         self.tables = tables
         self.options = options

@@ -9,10 +9,10 @@ into :class:`SyncAlreadyRunning`, naming the run that has it.
 from __future__ import annotations
 
 import logging
-import math
 from typing import TYPE_CHECKING, Any
 
 from abm_provider.accounts.sync.database import LockHolder, StateDatabase, StateFileLocked, wait_for
+from abm_provider.common.arguments import check_number, parse_rendered
 from abm_provider.exceptions import SyncAlreadyRunning
 
 if TYPE_CHECKING:
@@ -21,17 +21,7 @@ if TYPE_CHECKING:
 
 def check_lock_timeout(value: object, name: str = "lock_timeout") -> float:
     """Seconds to wait for another sync of the list: a finite number >= 0, or its text once rendered."""
-    seconds: float | None = None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    elif isinstance(value, str):
-        try:
-            seconds = float(value.strip())
-        except ValueError:
-            seconds = None
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"{name} must be a number of seconds >= 0 (0: do not wait), got {value!r}")
-    return seconds
+    return check_number(parse_rendered(value), name, 0, unit="seconds")
 
 
 def open_state(hook: DbApiHook, list_id: str, run_id: str, lock_timeout: float) -> StateDatabase:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
 
+from abm_provider.common.arguments import check_number
 from abm_provider.common.rejects import check_limit
 
 Mode = Literal["mirror", "add_only", "remove_only"]
@@ -65,11 +66,8 @@ def check_delay(value: object, name: str) -> float | None:
     """``value`` as seconds (a number or a ``timedelta``) or ``None``; else ``ValueError`` naming ``name``."""
     if value is None:
         return None
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ValueError(f"{name} must be seconds >= 0 (a number or a timedelta) or None, got {value!r}")
-    return float(value)
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    return check_number(seconds, name, 0, unit="seconds")
 
 
 def check_options(options: SyncOptions) -> None:
@@ -83,5 +81,5 @@ def check_options(options: SyncOptions) -> None:
 
 def check_retention(days: object) -> None:
     """Refuse a ``log_retention_days`` that is not a number of days above zero or ``None``."""
-    if days is not None and (isinstance(days, bool) or not isinstance(days, int | float) or not days > 0):
-        raise ValueError(f"log_retention_days must be a number of days > 0 or None, got {days!r}")
+    if days is not None:
+        check_number(days, "log_retention_days", 0, above=True, unit="days")

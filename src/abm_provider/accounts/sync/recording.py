@@ -11,12 +11,17 @@ which the service answers as duplicates (a removal, as not on the list).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from abm_provider.accounts.sync.state import DONE, LOG_COLUMNS, NOT_FOUND_ACTION, REFUSED_ACTION, utc_now
+from abm_provider.accounts.sync.state import NOT_FOUND_ACTION, REFUSED_ACTION, utc_now
+from abm_provider.accounts.sync.statements import recording as statements
+from abm_provider.accounts.sync.statements.recording import other_than
+from abm_provider.accounts.sync.statements.runs import count_rows
 from abm_provider.accounts.validation import NOT_FOUND_REASON
 from abm_provider.common.rejects import raw_json
 
@@ -26,6 +31,8 @@ if TYPE_CHECKING:
     from abm_provider.accounts.sync.options import SyncOptions
     from abm_provider.accounts.sync.splitting import SplitResult
     from abm_provider.accounts.sync.state import StateTables
+    from abm_provider.accounts.sync.statements.binding import Sql
+    from abm_provider.accounts.sync.statements.tables import StateSql
 
 #: A plan row as read back to be sent: ``(account_id, crm_org_id, crm_type, account_name, row_hash)``.
 PlanRow = tuple[Any, ...]
@@ -46,11 +53,6 @@ def _positions_by_id(rows: Sequence[PlanRow], echoed: Sequence[dict[str, Any]]) 
         if positions:
             found.add(positions.pop(0))
     return found
-
-
-def _other_than(seqs: set[int]) -> str:
-    """A condition on plan row ``p`` leaving out the rows numbered ``seqs``."""
-    return f" AND p.seq NOT IN ({', '.join(str(seq) for seq in sorted(seqs))})" if seqs else ""
 
 
 def _sent_outcome(result_applied: int, result_duplicates: int) -> tuple[str, str | None]:
@@ -134,6 +136,11 @@ class Recorder:
     def list_id(self) -> str:
         return self.options.list_id
 
+    @cached_property
+    def state(self) -> StateSql:
+        """The state tables as the statements name them on this database."""
+        return self.db.state_sql(self.tables)
+
     def record_added(self, run_id: str, answered: Sequence[Answered], *, replaces_not_found: bool) -> None:
         """Record the answered add batches (consecutive in the plan) as members, less the refused.
 
@@ -142,8 +149,7 @@ class Recorder:
         When ``replaces_not_found``, a not-found reject of an earlier run for the same values is
         replaced: the account was just sent again.
         """
-        mark = self.db.marker
-        names = self.db.names(self.tables)
+        state = self.state
         now, service_now = utc_now(), self.clock.now()
         first, last = answered[0].start, answered[-1].end
         rejects: list[list[Any]] = []
@@ -168,97 +174,52 @@ class Recorder:
                     ]
                 )
                 log.append((self.list_id, run_id, "add", "not_found", account_id, org, None, None, now))
-        plan_rows = (
-            f"SELECT p.row_hash FROM {names.plan} p WHERE p.list_id = {mark} AND p.run_id = {mark} "
-            f"AND p.action = 'add' AND p.seq BETWEEN {mark} AND {mark}"
-        )
         # A plan holds each key once, and it left out the members when it was made under the list's
         # lock, which this run still holds (earlier unfinished runs are completed before a run plans):
         # so only a full resync, which plans members too, can meet one here. Each check scans the
         # growing members table on a database that joins by hashing.
-        new_only = (
-            ""
-            if not self.options.full_resync
-            else (
-                f" AND NOT EXISTS (SELECT 1 FROM {names.members} m WHERE m.list_id = p.list_id "
-                "AND m.account_id = p.account_id AND m.crm_org_id = p.crm_org_id)"
-            )
-        )
+        new_only = self.options.full_resync
         with self.db.transaction():
             if replaces_not_found:
                 self.db.execute(
-                    f"DELETE FROM {names.rejects} WHERE list_id = {mark} AND action = {mark} "
-                    f"AND run_id <> {mark} "
-                    f"AND row_hash IN ({plan_rows})",
-                    [self.list_id, NOT_FOUND_ACTION, run_id, self.list_id, run_id, first, last],
+                    statements.delete_replaced_not_found(
+                        state, self.list_id, run_id, NOT_FOUND_ACTION, first, last
+                    )
                 )
-            self.db.executemany(
-                f"INSERT INTO {names.rejects} (list_id, run_id, action, account_id, crm_org_id, "
-                f"row_hash, reason, raw, recorded_at) VALUES ({self.db.marks(9)})",
-                [[*r, service_now] for r in rejects],
-            )
+            self.db.executemany(statements.insert_reject(state), [[*r, service_now] for r in rejects])
             if self.options.full_resync and rejects:
                 self._forget_refused_members(run_id, first, last)
             self.db.execute(
-                f"INSERT INTO {names.members} (list_id, account_id, crm_org_id, crm_type, account_name, "
-                "row_hash, run_id, synced_at) SELECT p.list_id, p.account_id, p.crm_org_id, p.crm_type, "
-                f"p.account_name, p.row_hash, p.run_id, {mark} FROM {names.plan} p WHERE p.list_id = {mark} "
-                f"AND p.run_id = {mark} AND p.action = 'add' AND p.seq BETWEEN {mark} AND {mark}{new_only}"
-                f"{_other_than(exceptions)}",
-                [now, self.list_id, run_id, first, last],
+                statements.insert_members(
+                    state, self.list_id, run_id, first, last, now, other_than(exceptions), new_only=new_only
+                )
             )
             outcomes = _segments(
                 answered, lambda b: _sent_outcome(b.sent.result.applied, b.sent.result.duplicates)
             )
             for start, end, (outcome, note) in outcomes:
-                self._log_from_plan(run_id, "add", start, end, _other_than(exceptions), outcome, note, now)
+                self._log_from_plan(run_id, "add", start, end, other_than(exceptions), outcome, note, now)
             self._log_rows(log)
             self._drop_recorded(run_id, "add", first, last)
-            self.db.execute(
-                f"UPDATE {names.runs} SET add_done = {mark}, added = added + {mark}, "
-                f"duplicates = duplicates + {mark}, not_found = not_found + {mark}, "
-                f"rejected = rejected + {mark} WHERE list_id = {mark} AND run_id = {mark}",
-                [
-                    last,
-                    sum(b.sent.result.applied for b in answered),
-                    sum(b.sent.result.duplicates for b in answered),
-                    sum(1 for row in log if row[3] == "not_found"),
-                    sum(1 for row in log if row[3] == "invalid"),
-                    self.list_id,
-                    run_id,
-                ],
-            )
+            self._advance(run_id, "add", answered, log)
 
     def has_old_not_found(self, run_id: str) -> bool:
         """Whether the list has not-found rejects of other runs, which a re-sent account replaces.
 
         Asked once before a run sends: its sending only ever removes such rejects.
         """
-        mark = self.db.marker
-        rejects = self.db.names(self.tables).rejects
         found = self.db.value(
-            f"SELECT 1 FROM {rejects} WHERE list_id = {mark} AND action = {mark} "
-            f"AND run_id <> {mark} LIMIT 1",
-            [self.list_id, NOT_FOUND_ACTION, run_id],
+            statements.has_old_not_found(self.state, self.list_id, run_id, NOT_FOUND_ACTION)
         )
         return found is not None
 
     def _forget_refused_members(self, run_id: str, start: int, end: int) -> None:
         """Drop members the service just refused or did not find: a full resync rebuilds from answers."""
-        mark = self.db.marker
-        names = self.db.names(self.tables)
-        members = names.members
+        state = self.state
         self.db.execute(
-            self.db.dialect.delete_matching_sql(
-                members,
-                f"{members}.list_id = {mark}",
-                f"{names.plan} p",
-                f"p.list_id = {members}.list_id AND p.run_id = {mark} AND p.action = 'add' "
-                f"AND p.seq BETWEEN {mark} AND {mark} AND p.account_id = {members}.account_id "
-                f"AND p.crm_org_id = {members}.crm_org_id AND EXISTS (SELECT 1 FROM {names.rejects} r "
-                "WHERE r.list_id = p.list_id AND r.run_id = p.run_id AND r.row_hash = p.row_hash)",
-            ),
-            [self.list_id, run_id, start, end],
+            statements.delete_members(
+                state, self.list_id, run_id, "add", start, end, statements.rejected_in_run(state)
+            )
         )
 
     def record_removed(self, run_id: str, answered: Sequence[Answered]) -> None:
@@ -268,9 +229,7 @@ class Recorder:
         the list (logged ``duplicate``: the list already was as asked). One refused with ``400`` stays
         a member, and the next run plans its removal again.
         """
-        mark = self.db.marker
-        names = self.db.names(self.tables)
-        members = names.members
+        state = self.state
         now = utc_now()
         first, last = answered[0].start, answered[-1].end
         log: list[tuple[Any, ...]] = []  # the exceptions; the removed rows are logged from the plan
@@ -286,27 +245,33 @@ class Recorder:
             log.append((self.list_id, run_id, "remove", outcome, account_id, org, reason, None, now))
         with self.db.transaction():
             self.db.execute(
-                self.db.dialect.delete_matching_sql(
-                    members,
-                    f"{members}.list_id = {mark}",
-                    f"{names.plan} p",
-                    f"p.list_id = {members}.list_id AND p.run_id = {mark} AND p.action = 'remove' "
-                    f"AND p.seq BETWEEN {mark} AND {mark} AND p.account_id = {members}.account_id "
-                    f"AND p.crm_org_id = {members}.crm_org_id{_other_than(kept)}",
-                ),
-                [self.list_id, run_id, first, last],
+                statements.delete_members(
+                    state, self.list_id, run_id, "remove", first, last, other_than(kept)
+                )
             )
             self._log_from_plan(
-                run_id, "remove", first, last, _other_than(kept | absent), "removed", None, now
+                run_id, "remove", first, last, other_than(kept | absent), "removed", None, now
             )
             self._log_rows(log)
             self._drop_recorded(run_id, "remove", first, last)
-            self.db.execute(
-                f"UPDATE {names.runs} SET remove_done = {mark}, removed = removed + {mark}, "
-                f"rejected = rejected + {mark} "
-                f"WHERE list_id = {mark} AND run_id = {mark}",
-                [last, sum(b.sent.result.applied for b in answered), len(kept), self.list_id, run_id],
-            )
+            self._advance(run_id, "remove", answered, log)
+
+    def _advance(
+        self, run_id: str, action: str, answered: Sequence[Answered], log: list[tuple[Any, ...]]
+    ) -> None:
+        """Move the run's ``action`` past the ``answered`` batches, adding to its counts the accounts
+        the service applied and the rows of ``log`` it refused (and of an add, its duplicates and the
+        accounts it did not find). A removal it did not report counts as nothing: the list was as asked."""
+        outcomes = Counter(row[3] for row in log)
+        counts = {
+            "added" if action == "add" else "removed": sum(b.sent.result.applied for b in answered),
+            "rejected": outcomes["invalid"],
+        }
+        if action == "add":
+            counts["duplicates"] = sum(b.sent.result.duplicates for b in answered)
+            counts["not_found"] = outcomes["not_found"]
+        done = answered[-1].end
+        self.db.execute(statements.advance_run(self.state, self.list_id, run_id, action, done, counts))
 
     def _log_from_plan(
         self,
@@ -314,7 +279,7 @@ class Recorder:
         action: str,
         start: int,
         end: int,
-        except_these: str,
+        except_these: Sql,
         outcome: str,
         reason: str | None,
         now: datetime,
@@ -324,22 +289,15 @@ class Recorder:
         Most rows of a batch share their outcome; writing them from the plan table keeps a thousand
         rows a batch from travelling back to the database. ``except_these`` leaves out the others.
         """
-        mark = self.db.marker
-        names = self.db.names(self.tables)
         self.db.execute(
-            f"INSERT INTO {names.log} ({', '.join(c for c in LOG_COLUMNS if c != 'record')}) SELECT "
-            f"p.list_id, p.run_id, p.action, {self.db.dialect.text_param()}, p.account_id, p.crm_org_id, "
-            f"{self.db.dialect.text_param()}, {mark} FROM {names.plan} p WHERE p.list_id = {mark} "
-            f"AND p.run_id = {mark} "
-            f"AND p.action = {mark} AND p.seq BETWEEN {mark} AND {mark}{except_these}",
-            [outcome, reason, now, self.list_id, run_id, action, start, end],
+            statements.log_from_plan(
+                self.state, self.list_id, run_id, action, start, end, except_these, outcome, reason, now
+            )
         )
 
     def _log_rows(self, log: list[tuple[Any, ...]]) -> None:
         """Log the few rows whose outcome differs from their batch's."""
-        names = self.db.names(self.tables)
-        marks = self.db.marks(len(LOG_COLUMNS))
-        self.db.executemany(f"INSERT INTO {names.log} ({', '.join(LOG_COLUMNS)}) VALUES ({marks})", log)
+        self.db.executemany(statements.insert_log_row(self.state), log)
 
     def _drop_recorded(self, run_id: str, action: str, first: int, last: int) -> None:
         """Delete plan rows ``first`` to ``last`` of ``action``: recorded, they are never read again.
@@ -348,13 +306,7 @@ class Recorder:
         first run's million plan rows then go while the service is answering the next group, not
         after the last one.
         """
-        mark = self.db.marker
-        plan = self.db.names(self.tables).plan
-        self.db.execute(
-            f"DELETE FROM {plan} WHERE list_id = {mark} AND run_id = {mark} AND action = {mark} "
-            f"AND seq BETWEEN {mark} AND {mark}",
-            [self.list_id, run_id, action, first, last],
-        )
+        self.db.execute(statements.delete_plan_rows(self.state, self.list_id, run_id, action, first, last))
 
     def drop_recorded_before(self, run_id: str, action: str, done: int) -> None:
         """Delete the plan rows of ``action`` up to ``done`` that a run resumed here still has.
@@ -367,14 +319,8 @@ class Recorder:
 
     def record_done(self, run_id: str) -> None:
         """Mark the run done: its plan was sent and recorded whole (and dropped group by group)."""
-        mark = self.db.marker
-        names = self.db.names(self.tables)
         with self.db.transaction():
-            self.db.execute(
-                f"UPDATE {names.runs} SET status = {mark}, finished_at = {mark} WHERE list_id = {mark} "
-                f"AND run_id = {mark}",
-                [DONE, utc_now(), self.list_id, run_id],
-            )
+            self.db.execute(statements.mark_done(self.state, self.list_id, run_id, utc_now()))
 
     def forget_old_log(self, before: datetime) -> int:
         """Delete the list's run-log rows logged before ``before``; return how many went.
@@ -383,24 +329,13 @@ class Recorder:
         in, through the log's run index: a list whose runs are all recent costs one lookup in the runs
         table, not a scan of its log.
         """
-        mark = self.db.marker
-        names = self.db.names(self.tables)
-        runs = [
-            str(r[0])
-            for r in self.db.rows(
-                f"SELECT run_id FROM {names.runs} WHERE list_id = {mark} AND started_at < {mark}",
-                [self.list_id, before],
-            )
-        ]
+        state = self.state
+        runs = [str(r[0]) for r in self.db.rows(statements.runs_started_before(state, self.list_id, before))]
         if not runs:
             return 0
-        old_rows = (
-            f"FROM {names.log} WHERE list_id = {mark} AND logged_at < {mark} "
-            f"AND run_id IN ({self.db.marks(len(runs))})"
-        )
-        params = [self.list_id, before, *runs]
+        old_rows = statements.old_log_rows(state, self.list_id, before, runs)
         with self.db.transaction():
-            gone = int(self.db.value(f"SELECT COUNT(*) {old_rows}", params) or 0)
+            gone = int(self.db.value(count_rows(old_rows)) or 0)
             if gone:
-                self.db.execute(f"DELETE {old_rows}", params)
+                self.db.execute(statements.delete_rows(old_rows))
         return gone

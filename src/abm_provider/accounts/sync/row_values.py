@@ -1,6 +1,6 @@
 """A source row as the list sync stages it: its values cleaned by the validator, or its reason and raw
 values, and the hash rows are compared by between runs (which the warehouses compute too:
-:func:`~abm_provider.accounts.sync.staging.staged_hash_sql`)."""
+:func:`~abm_provider.accounts.sync.statements.staging.staged_hash_sql`)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ def invalid_row_key(data: Any, validator: AccountValidator) -> tuple[str | None,
 
 
 def staged_row(row: SourceRow, validator: AccountValidator) -> tuple[Any, ...]:
-    """One source row as the temporary table holds it (:data:`STAGE_COLUMNS`)."""
+    """One source row as the stage holds it
+    (:data:`~abm_provider.accounts.sync.statements.staging.STAGE_COLUMNS`)."""
     account, reason = validator.validate(row.data)
     if account is not None:
         org = account.get("crmOrgId", "")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from abm_provider.accounts.sync.recording import Answered
 from abm_provider.accounts.sync.splitting import SplitResult, send_splitting
 from abm_provider.accounts.sync.state import SENDING
+from abm_provider.accounts.sync.statements import runs as statements
 from abm_provider.common.concurrency import PerThread, in_order
 
 if TYPE_CHECKING:
@@ -47,13 +48,7 @@ class PlannedRun:
 
 def unfinished_runs(db: StateDatabase, tables: StateTables, list_id: str) -> list[PlannedRun]:
     """The list's runs whose plan is written and not yet sent whole, oldest first."""
-    mark = db.marker
-    names = db.names(tables)
-    rows = db.rows(
-        f"SELECT run_id, to_add, to_remove, add_done, remove_done FROM {names.runs} "
-        f"WHERE list_id = {mark} AND status = {mark} ORDER BY started_at, run_id",
-        [list_id, SENDING],
-    )
+    rows = db.rows(statements.unfinished_runs(db.state_sql(tables), list_id, SENDING))
     return [PlannedRun(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
 
 
@@ -96,17 +91,13 @@ class Sender:
 
         Read when the sender is ready for them, so no more than a group's rows are held at once.
         """
-        mark = self.db.marker
-        names = self.db.names(self.tables)
+        state = self.db.state_sql(self.tables)
         size = self.options.batch_size
         chunk = size * self._group
         for first in range(done + 1, total + 1, chunk):
             last = min(first + chunk - 1, total)
             rows = self.db.rows(
-                "SELECT account_id, crm_org_id, crm_type, account_name, row_hash "
-                f"FROM {names.plan} WHERE list_id = {mark} AND run_id = {mark} AND action = {mark} "
-                f"AND seq BETWEEN {mark} AND {mark} ORDER BY seq",
-                [self.options.list_id, run.run_id, action, first, last],
+                statements.plan_rows(state, self.options.list_id, run.run_id, action, first, last)
             )
             for start in range(first, last + 1, size):
                 end = min(start + size - 1, last)
@@ -134,9 +125,10 @@ class Sender:
         def send(batch: Batch) -> SplitResult:
             accounts = [_payload(row, action) for row in batch[2]]
             client = hook()
-            call = client.add_accounts if action == "add" else client.remove_accounts
             return send_splitting(
-                lambda part: call(options.list_id, part, batch_size=options.batch_size, keep_not_found=True),
+                lambda part: client.change_membership(
+                    action, options.list_id, part, batch_size=options.batch_size, keep_not_found=True
+                ),
                 accounts,
             )
 

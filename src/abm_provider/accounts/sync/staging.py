@@ -1,6 +1,7 @@
 """A sync run's source, staged in the warehouse: one row per source row, validated and hashed.
 
-Two ways fill the same temporary table (:data:`STAGE_COLUMNS`):
+Two ways fill the same work table (:data:`~abm_provider.accounts.sync.statements.staging.STAGE_COLUMNS`),
+with the statements of :mod:`~abm_provider.accounts.sync.statements.staging`:
 
 - **In the warehouse**, when the source is a table or query on the state connection itself and the
   database has the rules in SQL (:attr:`~abm_provider.warehouse.dialects.base.Dialect.has_rules_in_sql`).
@@ -12,7 +13,7 @@ Two ways fill the same temporary table (:data:`STAGE_COLUMNS`):
   Python, page by page, for the validator to give each its exact reason or its cleaned values. The
   SQL rules accept only rows the validator would send unchanged (nothing to trim, no default it would
   fill differently), so both ways stage the same values for any row, and the same hash once
-  :func:`staged_hash_sql` has computed it.
+  :func:`~abm_provider.accounts.sync.statements.staging.staged_hash_sql` has computed it.
 - **In Python** for every other source: each row is validated and hashed here, and written in bulk.
 
 Either way memory stays flat whatever the source's size.
@@ -22,13 +23,17 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from abm_provider.accounts.sources import SqlSource, WarehouseQuery
 from abm_provider.accounts.sync.row_values import staged_row
+from abm_provider.accounts.sync.statements import staging as statements
+from abm_provider.accounts.sync.statements.binding import Sql, text
+from abm_provider.accounts.sync.statements.staging import MEMBER, RECORD, STAGE_COLUMNS
+from abm_provider.accounts.sync.statements.tables import WorkTables, create_work_table_as, drop_table
 from abm_provider.accounts.validation import SourceRow
 from abm_provider.common.sql import one_statement
 
@@ -37,33 +42,6 @@ if TYPE_CHECKING:
     from abm_provider.accounts.sync.database import StateDatabase
     from abm_provider.accounts.sync.options import SyncOptions
     from abm_provider.accounts.validation import AccountValidator
-    from abm_provider.warehouse.dialects import Dialect
-
-#: The temporary table's columns: a valid row has ``reason`` and ``raw`` empty, an invalid one has
-#: the reason it failed and its values as JSON.
-STAGE_COLUMNS = (
-    "record",
-    "line",
-    "account_id",
-    "crm_org_id",
-    "crm_type",
-    "account_name",
-    "row_hash",
-    "reason",
-    "raw",
-)
-#: The rules in SQL: an id of printable ASCII without space (nothing to trim, nothing forbidden); a
-#: name or org that starts and ends with one and holds no control character (tab, newline and carriage
-#: return allowed, as the validator allows them), or is empty. No ``%`` in them: they stand in
-#: statements with bound parameters, where a format-style driver reads ``%`` as a marker.
-_PLAIN_ID = "[!-~]+"
-_PLAIN_TEXT = "([!-~]([^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f]*[!-~]){0,1}){0,1}"
-#: The numbered copy of a SQL source: this column's record number, then the source's columns.
-_RECORD = "abm_record"
-#: The difference of a SQL source and the members carries the members' columns under this prefix.
-_MEMBER = "abm_member_"
-#: The members' columns, as the difference carries them.
-_MEMBER_COLUMNS = ("list_id", "account_id", "crm_org_id", "crm_type", "account_name", "row_hash")
 
 
 @dataclass(frozen=True)
@@ -76,7 +54,7 @@ class Staged:
     """
 
     rows: int
-    members_left: str | None = None
+    members_left: Sql | None = None
 
 
 @dataclass(frozen=True)
@@ -92,41 +70,21 @@ class _Shape:
     text: set[str]
 
 
-def difference_table(stage: str) -> str:
-    """The temporary table of the source rows and members that differ, beside the stage ``stage``."""
-    return f"{stage}_diff"
-
-
-def stage_table_sql(dialect: Dialect) -> str:
-    """The temporary table's columns, its keys compared exactly as the state tables' are, and where a
-    dialect needs one, the index the removals look members up by."""
-    key, text = dialect.text_sql(255), dialect.text_sql()
-    return (
-        f"record BIGINT, line BIGINT, account_id {key}, crm_org_id {key}, crm_type {key}, "
-        f"account_name {key}, row_hash {dialect.text_sql(64)}, reason {text}, raw {text}"
-        f"{dialect.key_index_sql(['account_id', 'crm_org_id'])}"
-    )
-
-
-def staged_hash_sql(dialect: Dialect) -> str:
-    """SQL for the hash of a valid staged row ``s``: as staged, or where SQL staged it without one,
-    computed there: :func:`~abm_provider.accounts.sync.row_values.account_hash` of the same values."""
-    if not dialect.has_rules_in_sql:
-        return "s.row_hash"  # this database stages in Python, which hashes every row
-    values = ["s.account_id", "COALESCE(s.account_name, '')", "s.crm_org_id", "COALESCE(s.crm_type, '')"]
-    return f"COALESCE(s.row_hash, {dialect.md5_sql(values)})"
-
-
 @dataclass(frozen=True)
 class Stager:
-    """Fills a run's temporary table from its source, in the warehouse where it can."""
+    """Fills a run's stage from its source, in the warehouse where it can.
+
+    ``work``: the run's work tables, where the comparison with the members and the numbered copy of a
+    query go (new ones, temporary, when not given).
+    """
 
     db: StateDatabase
     options: SyncOptions
     validator: AccountValidator
     log: logging.Logger | Any
+    work: WorkTables | None = None
 
-    def stage(self, source: AccountSource, stage: str, members: str | None = None) -> Staged:
+    def stage(self, source: AccountSource, stage: str, members: Sql | None = None) -> Staged:
         """Stage the source rows into ``stage``, and say how many were read.
 
         With ``members`` (the members table, for a list that has members and a run that sends only
@@ -149,10 +107,14 @@ class Stager:
         conn_id = self.db.dialect.conn_id
         return None if conn_id is None else source.query_on(conn_id, self.db.dialect)
 
+    @cached_property
+    def _work(self) -> WorkTables:
+        return self.work or WorkTables.new(self.db.dialect, None)
+
     # ---- in Python ---------------------------------------------------------------------------------
 
     def _stage_in_python(self, source: AccountSource, stage: str) -> int:
-        """Validate and hash every source row into the temporary table."""
+        """Validate and hash every source row into the stage."""
         with source.open() as opened:
             self.validator.check_columns(opened.columns, source.description)
             return self._stage_rows(opened.rows, stage, "source rows read")
@@ -179,40 +141,36 @@ class Stager:
     # ---- in the warehouse --------------------------------------------------------------------------
 
     def _stage_in_warehouse(
-        self, query: WarehouseQuery, description: str, stage: str, members: str | None
+        self, query: WarehouseQuery, description: str, stage: str, members: Sql | None
     ) -> Staged | None:
         """Stage a query on the state connection in SQL; ``None`` (stage in Python) when it cannot."""
-        db = self.db
+        db, dialect = self.db, self.db.dialect
         started = time.monotonic()
-        if not db.dialect.capabilities.full_outer_join:
+        if not dialect.capabilities.full_outer_join:
             members = None  # staged whole: the plan compares it with the members
         # A table compared with the members is read twice rather than copied whole: counted, then
         # numbered inside the comparison, which keeps only the rows that differ. Anything else (the
         # user's own query above all) is run once, as written, into a numbered table that every later
         # step reads, so no statement of the sync holds the user's text.
-        inline = members is not None and query.is_table and db.dialect.embeddable(query.text)
+        inline = members is not None and query.is_table and dialect.embeddable(query.text)
         numbered = None if inline else self._number(query)
         if numbered is None and not inline:
             return None
         try:
-            rows = numbered or f"({db.dialect.numbered_sql(query.text, _RECORD)})"
+            rows = numbered or f"({dialect.numbered_sql(query.text, RECORD)})"
             shape = self._shape(rows, description)
             if shape is None:
                 return None
             counted = numbered or f"(\n{query.text}\n)"  # a table is counted without numbering it
-            count = int(db.value(f"SELECT COUNT(*) FROM {counted} n") or 0)
+            count = int(db.value(statements.count(text(counted))) or 0)
             members_left, considered = None, count
             if members is not None:
-                members_left = self._differ(rows, difference_table(stage), members, shape)
-                rows = difference_table(stage)
-                considered = int(db.value(f"SELECT COUNT(*) FROM {rows} WHERE {_RECORD} IS NOT NULL") or 0)
-            plain, plain_params = self._plain_sql(shape.fields, shape.text)
-            values, value_params = self._values_sql(shape.fields, shape.text)
-            db.execute(
-                f"INSERT INTO {stage} ({', '.join(STAGE_COLUMNS)}) SELECT {values} FROM {rows} n "
-                f"WHERE {_RECORD} IS NOT NULL AND {plain}",
-                [*value_params, *plain_params],
-            )
+                members_left = self._differ(rows, members, shape)
+                rows = self._work.difference
+                considered = int(db.value(statements.count(text(rows), statements.source_row())) or 0)
+            plain = statements.plain(dialect, self.validator, shape.fields, shape.text)
+            staged_values = statements.staged_values(dialect, self.validator, shape.fields, shape.text)
+            db.execute(statements.insert_plain(dialect, stage, text(rows), staged_values, plain))
             self.log.info(
                 "Planning: %d source rows staged in the warehouse in %.1f s%s",
                 count,
@@ -220,16 +178,16 @@ class Stager:
                 "" if members is None else f" ({considered} differ from the list's members)",
             )
             # Asking for the others scans the rows again: skipped when the SQL staged them all.
-            if int(db.value(f"SELECT COUNT(*) FROM {stage}") or 0) < considered:
-                others = self._others(rows, shape.columns, plain, plain_params)
+            if int(db.value(statements.count(text(stage))) or 0) < considered:
+                others = self._others(rows, shape.columns, plain)
                 self._stage_rows(others, stage, "source rows the rules in SQL left to Python")
         finally:
             if numbered is not None:
-                db.execute(f"DROP TABLE IF EXISTS {numbered}")
+                db.execute(drop_table(numbered))
         return Staged(count, members_left)
 
     def _number(self, query: WarehouseQuery) -> str | None:
-        """Run the source query once into a numbered temporary table: its name, or ``None`` when the
+        """Run the source query once into a numbered work table: its name, or ``None`` when the
         warehouse cannot run it so (the source is then read through its own connection).
 
         The query reaches the driver as the user wrote it, with the user's parameters as given, in the
@@ -239,11 +197,11 @@ class Stager:
         if statement is None:
             self.log.info("Planning in Python: the source query is not one SQL statement")
             return None
-        numbered = f"abm_sync_numbered_{uuid.uuid4().hex[:12]}"
+        numbered = self._work.numbered
         try:
             with self.db.transaction():
                 self.db.run_query(
-                    self.db.dialect.numbered_copy_sql(numbered, statement, _RECORD), query.parameters
+                    self.db.dialect.numbered_copy_sql(numbered, statement, RECORD), query.parameters
                 )
         except Exception as err:
             # Whatever the database makes of the query in a copy (a statement that is not a SELECT,
@@ -270,15 +228,15 @@ class Stager:
         if not described[validator.id_column]:
             self.log.info("Planning in Python: the id column %r is not a text column", validator.id_column)
             return None
-        reserved = _RECORD in described or any(c.startswith(_MEMBER) for c in columns)
+        reserved = RECORD in described or any(c.startswith(MEMBER) for c in columns)
         awkward = len(pairs) != len(described) or reserved
         if awkward or any('"' in c or "`" in c or not dialect.embeddable(c) for c in columns):
             self.log.info(
                 "Planning in Python: source columns repeat a name, hold a quote or a %r, or are named "
                 "%r or %r...",
                 "%",
-                _RECORD,
-                _MEMBER,
+                RECORD,
+                MEMBER,
             )
             return None
         # Every column is copied (not only the mapped ones), so an invalid row's values are recorded whole.
@@ -290,118 +248,33 @@ class Stager:
         text = {f for f in fields if described[validator.column_map[f]]}
         return _Shape(columns, fields, text)
 
-    def _differ(self, numbered: str, diff: str, members: str, shape: _Shape) -> str:
-        """Fill ``diff`` with the numbered rows no member equals and the members no row equals.
+    def _differ(self, numbered: str, members: Sql, shape: _Shape) -> Sql:
+        """Fill the difference with the numbered rows no member equals and the members no row equals.
 
-        ``numbered`` is the numbered source: a table, or a query in parentheses.
-
-        One full outer join: a row is equal to a member when its values, as the SQL rules would stage
-        them, are the member's recorded ones. Returns the relation of the members left over.
+        ``numbered`` is the numbered source: a table, or a query in parentheses. Returns the relation
+        of the members left over.
         """
-        mark = self.db.marker
-        db = self.db
-        member_columns = ", ".join(f"m.{c} AS {_MEMBER}{c}" for c in _MEMBER_COLUMNS)
-        db.execute(
-            f"CREATE TEMPORARY TABLE {diff} AS SELECT n.*, {member_columns} FROM {numbered} n, "
-            f"{members} m WHERE 1 = 0"
-        )
+        db, dialect, diff = self.db, self.db.dialect, self._work.difference
+        db.execute(create_work_table_as(dialect, diff, statements.difference_shape(text(numbered), members)))
         qualified = {field: f"n.{column}" for field, column in shape.fields.items()}
-        staged, params = self._staged_values(qualified, shape.text)
-        account_id, org, crm_type, name = staged
-        # The keys compare bare (an id is never NULL on a member, an org never NULL on either side), so
-        # the join hashes them as they are; a type or name may be NULL on both sides.
-        equal = (
-            f"{account_id} = m.account_id AND {org} = m.crm_org_id "
-            f"AND COALESCE({crm_type}, '') = COALESCE(m.crm_type, '') "
-            f"AND COALESCE({name}, '') = COALESCE(m.account_name, '')"
-        )
+        staged_values = statements.staged_values(dialect, self.validator, qualified, shape.text)
         db.execute(
-            f"INSERT INTO {diff} SELECT n.*, {member_columns} FROM {numbered} n FULL OUTER JOIN "
-            f"(SELECT * FROM {members} WHERE list_id = {mark}) m ON {equal} "
-            f"WHERE n.{_RECORD} IS NULL OR m.account_id IS NULL",
-            [self.options.list_id, *params],
+            statements.insert_difference(diff, text(numbered), members, self.options.list_id, staged_values)
         )
         # Without statistics the removals would take the members left for one row, and look each up
         # in the stage by a scan.
         db.analyze(diff)
-        columns = ", ".join(f"{_MEMBER}{c} AS {c}" for c in _MEMBER_COLUMNS)
-        return f"(SELECT {columns} FROM {diff} WHERE {_RECORD} IS NULL)"
+        return statements.members_left(diff)
 
-    def _plain_sql(self, fields: Mapping[str, str], text: set[str]) -> tuple[str, list[Any]]:
-        """A condition on a numbered row: the validator would send its values as they are.
-
-        ``fields`` maps the API fields the source has to their columns as SQL; ``text`` names those
-        whose column is text (a column of another type is plain only when ``NULL``).
-        """
-        matches, length = self.db.dialect.matches_sql, self.validator.max_field_length
-        account_id = fields["id"]
-        checks = [
-            f"{account_id} IS NOT NULL AND {matches(account_id, _PLAIN_ID)} "
-            f"AND LENGTH({account_id}) <= {length}"
-        ]
-        params: list[Any] = []
-        for field in ("name", "crmOrgId"):
-            if field in fields:
-                column = fields[field]
-                plain = f"{matches(column, _PLAIN_TEXT)} AND LENGTH({column}) <= {length}"
-                checks.append(f"({column} IS NULL OR ({plain}))" if field in text else f"{column} IS NULL")
-        if "crmType" in fields:
-            column = fields["crmType"]
-            exact = self.db.dialect.exact_sql(column)  # "salesforce" is not a known type
-            known = sorted(self.validator.crm_types)
-            listed = f"{exact} IN ({self.db.marks(len(known))})" if known else "1 = 0"
-            if "crmType" in text:
-                checks.append(f"({column} IS NULL OR {exact} = '' OR {listed})")
-                params.extend(known)
-            else:
-                checks.append(f"{column} IS NULL")
-        return " AND ".join(checks), params
-
-    def _staged_values(self, fields: Mapping[str, str], text: set[str]) -> tuple[list[str], list[Any]]:
-        """SQL for the id, org, type and name a plain row is staged with, as the validator makes them."""
-        validator, dialect = self.validator, self.db.dialect
-        nothing = dialect.cast_sql("NULL", "TEXT")
-
-        def given(field: str) -> str:
-            return f"NULLIF({fields[field]}, '')" if field in text else nothing
-
-        org = f"COALESCE({given('crmOrgId')}, {dialect.text_param()})"
-        params: list[Any] = [(validator.default_crm_org_id or "") if "crmOrgId" in validator.fields else ""]
-        if "crmType" in validator.fields:
-            crm_type = f"COALESCE({given('crmType')}, {dialect.text_param()})"
-            params.append(validator.default_crm_type)
-        else:
-            crm_type = nothing
-        return [fields["id"], org, crm_type, given("name")], params
-
-    def _values_sql(self, fields: Mapping[str, str], text: set[str]) -> tuple[str, list[Any]]:
-        """The stage columns of a plain numbered row, as the validator would make them."""
-        (account_id, org, crm_type, name), params = self._staged_values(fields, text)
-        cast = self.db.dialect.cast_sql
-        nothing = cast("NULL", "TEXT")
-        # No hash: the plan computes it for the few rows that need one (those not yet on the list).
-        values = (
-            f"{_RECORD}, {cast('NULL', 'BIGINT')}, {account_id}, {org}, {crm_type}, {name}, {nothing}, "
-            f"{nothing}, {nothing}"
-        )
-        return values, params
-
-    def _others(
-        self, numbered: str, columns: list[str], plain: str, plain_params: list[Any]
-    ) -> Iterator[SourceRow]:
+    def _others(self, numbered: str, columns: list[str], plain: Sql) -> Iterator[SourceRow]:
         """The numbered rows the rules in SQL did not prove plain, as source rows, a page at a time.
 
         Pages by record number, so the one cursor can stage each page before the next is read.
         """
-        mark = self.db.marker
         selected = ", ".join(self.db.dialect.quote(c) for c in columns)
         after, page = 0, self.options.stage_rows
         while True:
-            rows = self.db.rows(
-                f"SELECT {_RECORD}, {selected} FROM {numbered} WHERE {_RECORD} > {mark} "
-                f"AND NOT ({plain}) ORDER BY {_RECORD} LIMIT {page}",
-                [after, *plain_params],
-            )
+            rows = self.db.rows(statements.other_rows(text(numbered), selected, plain, after, page))
             for record, *values in rows:
                 yield SourceRow(int(record), None, dict(zip(columns, values, strict=True)))
             if len(rows) < page:

@@ -1,4 +1,4 @@
-"""The list sync's state tables in the warehouse, and the SQL that reads and writes them.
+"""The list sync's state tables in the warehouse: their names, columns and ``CREATE TABLE`` statements.
 
 Five tables, created on first use, shared by every list the sync keeps (each row carries its list):
 
@@ -16,8 +16,9 @@ Five tables, created on first use, shared by every list the sync keeps (each row
 - ``<prefix>log``: the run log, one row per account a run acted on or skipped: its action and
   outcome (:data:`OUTCOMES`) with the reason, kept ``log_retention_days``.
 
-Every value is passed as a bind parameter; only the identifiers, checked as plain names, are spliced
-into the SQL text.
+The statements that read and write them are :mod:`~abm_provider.accounts.sync.statements`'. Every
+value is passed as a bind parameter; only the identifiers, checked as plain names, are spliced into the
+SQL text.
 
 A sync holds a lock per list while it runs (see :meth:`StateTables.lock_key`), so two syncs of one
 list never plan or record over each other.
@@ -25,6 +26,7 @@ list never plan or record over each other.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -60,6 +62,20 @@ LOG_COLUMNS: tuple[str, ...] = (
     "record",
     "logged_at",
 )
+#: The rejects table's columns, in order.
+REJECTS_COLUMNS: tuple[str, ...] = (
+    "list_id",
+    "run_id",
+    "action",
+    "account_id",
+    "crm_org_id",
+    "row_hash",
+    "reason",
+    "record",
+    "line",
+    "raw",
+    "recorded_at",
+)
 #: The rejects table's ``action`` of each kind of reject: an account the service did not find (the
 #: add it answered; sent again once ``retry_not_found_after`` has passed), an account the service
 #: refused with ``400``, and a row our checks refused before sending.
@@ -67,7 +83,7 @@ NOT_FOUND_ACTION = "add"
 REFUSED_ACTION = "refused"
 INVALID_ACTION = "invalid"
 #: The runs table's count columns, in order.
-_RUN_COUNTS = (
+RUN_COUNTS = (
     "source_rows",
     "to_add",
     "to_remove",
@@ -80,6 +96,14 @@ _RUN_COUNTS = (
     "rejected",
     "held",
 )
+
+
+def check_run_counts(names: Iterable[str]) -> None:
+    """Refuse a name that is not one of the runs table's :data:`RUN_COUNTS`: the statements that write
+    counts by name put the names into their SQL text."""
+    unknown = sorted(set(names) - set(RUN_COUNTS))
+    if unknown:
+        raise ValueError(f"the runs table counts {list(RUN_COUNTS)}, not {unknown}")
 
 
 def utc_now() -> datetime:
@@ -152,7 +176,7 @@ class StateTables:
         account = (
             f"account_id {key}, crm_org_id {key}, crm_type {text}, account_name {text}, row_hash {hashed}"
         )
-        counts = ", ".join(f"{c} BIGINT NOT NULL" for c in _RUN_COUNTS)
+        counts = ", ".join(f"{c} BIGINT NOT NULL" for c in RUN_COUNTS)
         return [
             f"CREATE TABLE IF NOT EXISTS {dialect.table_sql(self.members)} (list_id {key}, {account}, "
             f"run_id {key}, synced_at {at} NOT NULL"

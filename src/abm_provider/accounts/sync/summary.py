@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from abm_provider.accounts.sync.guards import check_plan
 from abm_provider.accounts.sync.state import BLOCKED, DRY_RUN
+from abm_provider.accounts.sync.statements import runs as statements
 from abm_provider.exceptions import AbmApiError
 
 if TYPE_CHECKING:
@@ -45,14 +46,8 @@ def read_summary(
     that stopped the run), else ``None``: what an approval step reads. Both it and ``state_count``
     count the list's members, which ``count_members=False`` leaves out (for the plan's log line).
     """
-    mark = db.marker
-
-    names = db.names(tables)
-    row = db.rows(
-        f"SELECT {', '.join(_COUNTS)}, status, held, source_rows FROM {names.runs} "
-        f"WHERE list_id = {mark} AND run_id = {mark}",
-        [options.list_id, options.run_id],
-    )
+    columns = (*_COUNTS, "status", "held", "source_rows")
+    row = db.rows(statements.run_row(db.state_sql(tables), options.list_id, options.run_id, columns))
     *counts, status, held, source_rows = row[0]
     summary: dict[str, Any] = {name: int(count) for name, count in zip(_COUNTS, counts, strict=True)}
     summary["dry_run"] = status == DRY_RUN
@@ -73,9 +68,7 @@ def read_summary(
 
 def member_count(db: StateDatabase, tables: StateTables, list_id: str) -> int:
     """How many accounts the list holds by our record."""
-    mark = db.marker
-    names = db.names(tables)
-    return int(db.value(f"SELECT COUNT(*) FROM {names.members} WHERE list_id = {mark}", [list_id]) or 0)
+    return int(db.value(statements.member_count(db.state_sql(tables), list_id)) or 0)
 
 
 def check_drift(hook: AbmHook, summary: dict[str, Any], list_id: str, log: logging.Logger | Any) -> None:

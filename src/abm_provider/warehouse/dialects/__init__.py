@@ -3,24 +3,28 @@
 A hook is matched by its connection type (``conn_type``), then by the SQL dialect common-sql names
 for its connection (``DbApiHook.dialect_name``, SQLAlchemy's name). A hook neither names gets the
 generic dialect, which works through any DB-API driver and quotes as the driver's dialect says.
-Adding a warehouse is one module here and one line in :data:`DIALECTS`.
+Adding a warehouse is one module here and one line in :data:`DIALECTS`. Each dialect declares its own
+options (:mod:`.options`), read here from the connection's extra and the task's mapping.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Mapping
 from contextlib import suppress
+from dataclasses import is_dataclass
 from typing import Any
 
-from abm_provider.warehouse.dialects.base import Dialect, DialectOptions, Staged
+from abm_provider.warehouse.dialects.base import Dialect, Staged
 from abm_provider.warehouse.dialects.capabilities import Capabilities
+from abm_provider.warehouse.dialects.options import NoOptions, connection_options, read_options
 
 __all__ = [
     "DIALECTS",
     "Capabilities",
     "Dialect",
-    "DialectOptions",
+    "NoOptions",
     "Staged",
     "check_declared",
     "dialect_for",
@@ -68,7 +72,8 @@ def check_declared(cls: type[Dialect]) -> None:
     """Refuse a dialect class that does not declare what it can do, naming what it lacks.
 
     Its own :class:`Capabilities` (one inherited from the dialect it extends would claim a lock or a
-    join it may not have), and the methods its capabilities promise.
+    join it may not have), its own ``options_type`` (one inherited would take settings meant for
+    another warehouse), and the methods its capabilities promise.
     """
     declared = cls.__dict__.get("capabilities")
     if not isinstance(declared, Capabilities):
@@ -76,6 +81,17 @@ def check_declared(cls: type[Dialect]) -> None:
         raise TypeError(
             f"{cls.__module__}.{cls.__qualname__} declares no capabilities of its own: set "
             f"capabilities = Capabilities({wanted})"
+        )
+    options_type = cls.__dict__.get("options_type")
+    if not (isinstance(options_type, type) and is_dataclass(options_type)):
+        raise TypeError(
+            f"{cls.__module__}.{cls.__qualname__} declares no options of its own: set options_type to "
+            "a frozen dataclass of its settings (NoOptions where it has none)"
+        )
+    if declared.param_style in ("named", "pyformat") and cls.positional_marker is Dialect.positional_marker:
+        raise TypeError(
+            f"{cls.__module__}.{cls.__qualname__} declares param_style={declared.param_style!r} but does not "
+            "define positional_marker: the loader's statements bind with a positional marker"
         )
     if declared.rules_in_sql and cls.matches_sql is Dialect.matches_sql:
         raise TypeError(
@@ -87,9 +103,27 @@ def dialect_for(
     hook: Any,
     *,
     native: bool = True,
-    options: DialectOptions | None = None,
+    options: Mapping[str, Any] | None = None,
+    chunk_rows: int = 10_000,
     log: logging.Logger | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> Dialect:
-    """A dialect for one load through ``hook``; ``native=False`` asks for the generic one whatever it is."""
-    cls = _class_for(hook) if native else _load(GENERIC)
-    return cls(hook, options, log)
+    """A dialect for loads through ``hook``; ``native=False`` asks for the generic one whatever it is.
+
+    ``options``: the task's ``dialect_options``, over the connection's extra ``dialect_options``,
+    over ``defaults`` (offered where the dialect has such an option, ignored where not). They are
+    checked against the warehouse's own dialect, whose settings they are, even when ``native=False``
+    takes the generic path, which has none and so uses none of them.
+    """
+    own = _class_for(hook)
+    settings = read_options(
+        own.name, own.options_type, given=options, connection=connection_options(hook), defaults=defaults
+    )
+    cls = own if native else _load(GENERIC)
+    if cls is not own:
+        if settings != own.options_type():
+            (log or logging.getLogger(__name__)).info(
+                "The generic path has no options: the %s dialect's %s are not used", own.name, settings
+            )
+        settings = cls.options_type()
+    return cls(hook, settings, chunk_rows=chunk_rows, log=log)

@@ -6,8 +6,10 @@ one file in this folder and one line in the registry (:mod:`abm_provider.warehou
 list sync's state tables and lineage can ask the same object (quoting, placeholder, statistics, the
 streaming cursor), so no other module needs to branch on a warehouse's name.
 
-A dialect is made for one load (it may hold what the connection told it, or a lock it took), and its
-steps return values (:class:`Staged`) rather than leaving state for the flow to find.
+A dialect holds what does not change from one load to the next (its hook, its options), never a
+load's state: one instance can serve two loads at once. Its steps return values (:class:`Staged`, the
+lock :meth:`Dialect.lock` took) that the flow keeps for the load, rather than leaving state in the
+dialect for the flow to find.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from abm_provider.warehouse.dialects.capabilities import Capabilities
-from abm_provider.warehouse.schema import Kind, TableName
+from abm_provider.warehouse.dialects.capabilities import POSITIONAL_MARKERS, Capabilities
+from abm_provider.warehouse.schema import STANDARD_QUOTE, Kind, TableName, quote
 
 if TYPE_CHECKING:
     from abm_provider.warehouse.checks import ColumnPlan
@@ -29,18 +31,15 @@ if TYPE_CHECKING:
     from abm_provider.warehouse.stream import IncomingFile
 
 
+class ProcessLock(Protocol):
+    """A lock of this process a load holds (:meth:`Dialect.lock`), released when its transaction ends."""
+
+    def release(self) -> None: ...
+
+
 def lock_number(key: str) -> int:
     """A signed 64-bit number for a lock's key (PostgreSQL's advisory locks), stable across processes."""
     return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big", signed=True)
-
-
-@dataclass(frozen=True)
-class DialectOptions:
-    """The operator's tuning arguments; each dialect reads the ones that concern it."""
-
-    duckdb_memory_limit: str | None = "1GB"
-    duckdb_threads: int | None = None
-    chunk_rows: int = 10_000
 
 
 @dataclass(frozen=True)
@@ -94,10 +93,14 @@ class Dialect(ABC):
     name: ClassVar[str]
     #: What the warehouse can do; each dialect class declares its own, whole (the registry checks).
     capabilities: ClassVar[Capabilities]
-    #: The DB-API parameter marker of the driver.
-    placeholder: str = "%s"
+    #: The frozen dataclass of the warehouse's own settings (:mod:`.options`; ``NoOptions`` where it
+    #: has none); each dialect class declares its own (the registry checks).
+    options_type: ClassVar[type[Any]]
+    #: The driver's positional parameter marker (``?``, ``%s``), which the loader's statements bind
+    #: with: set when the dialect is made, as :meth:`positional_marker` reads the declared style.
+    placeholder: str
     #: How an identifier is quoted (``{}`` is the name, already checked to be a plain identifier).
-    quote_format: str = '"{}"'
+    quote_format: str = STANDARD_QUOTE
     #: SQL for the schema a table name without one resolves to.
     current_schema_sql: ClassVar[str] = "current_schema()"
     #: A condition (ending in ``AND``) that keeps information_schema to the connection's database.
@@ -109,10 +112,43 @@ class Dialect(ABC):
         """The OpenLineage namespace of the database, when the hook's own database info has none."""
         return None
 
-    def __init__(self, hook: Any, options: DialectOptions | None = None, log: logging.Logger | None = None):
+    def __init__(
+        self,
+        hook: Any,
+        options: object | None = None,
+        *,
+        chunk_rows: int = 10_000,
+        log: logging.Logger | None = None,
+    ) -> None:
+        """``options``: an ``options_type`` (:func:`~abm_provider.warehouse.dialects.dialect_for` reads
+        it from the connection and the task), its defaults when ``None``. ``chunk_rows``: rows per
+        ``executemany`` where rows are bound from Python."""
         self.hook = hook
-        self.options = options or DialectOptions()
+        self.options: object = self.options_type() if options is None else options
+        if not isinstance(self.options, self.options_type):
+            raise TypeError(f"options of the {self.name} dialect must be {self.options_type.__qualname__}")
+        self.chunk_rows = chunk_rows
         self.log = log or logging.getLogger(__name__)
+        self.placeholder = self.positional_marker()
+
+    def positional_marker(self) -> str:
+        """The marker of the positional style the capabilities declare (``param_style``); for
+        ``"hook"``, the hook's ``placeholder`` (``%s`` without one), read once: common-sql reads it from
+        the connection each time.
+
+        A dialect whose driver takes values by name (``named``, ``pyformat``) defines this itself,
+        if its driver also takes a positional marker; the registry refuses one that does not.
+        """
+        style = self.capabilities.param_style
+        if style == "hook":
+            return getattr(self.hook, "placeholder", None) or POSITIONAL_MARKERS["format"]
+        marker = POSITIONAL_MARKERS.get(style)
+        if marker is None:
+            raise TypeError(
+                f"the {self.name} dialect declares param_style={style!r}, which has no positional marker: "
+                "it must define positional_marker"
+            )
+        return marker
 
     @property
     def conn_id(self) -> str | None:
@@ -124,7 +160,7 @@ class Dialect(ABC):
 
     def quote(self, name: str) -> str:
         """An identifier already checked by :func:`~abm_provider.warehouse.schema.check_identifier`."""
-        return self.quote_format.format(name)
+        return quote(name, self.quote_format)
 
     def table_sql(self, table: TableName) -> str:
         """The table's name as SQL, schema-qualified when it has a schema."""
@@ -151,13 +187,6 @@ class Dialect(ABC):
         """One row when some natural key occurs twice in ``table_sql``, else none."""
         key_sql = ", ".join(self.quote(k) for k in keys)
         return f"SELECT 1 FROM {table_sql} GROUP BY {key_sql} HAVING COUNT(*) > 1 LIMIT 1"
-
-    def delete_matching_sql(self, target: str, where: str, source: str, match: str) -> str:
-        """``DELETE`` the rows of ``target`` that pass ``where`` and have a row in ``source`` for ``match``.
-
-        ``match`` refers to ``target``'s columns by its full name; the parameters of ``where`` come first.
-        """
-        return f"DELETE FROM {target} WHERE {where} AND EXISTS (SELECT 1 FROM {source} WHERE {match})"
 
     def growing_key_sql(self, columns: Sequence[str]) -> str:
         """What the column list of a table that grows with the data ends with to key it by ``columns``.
@@ -205,7 +234,7 @@ class Dialect(ABC):
         return expression
 
     def adapt(self, conn: Any, value: Any) -> Any:
-        """Turn a Python value into one the driver binds."""
+        """Turn a Python value into one the driver of ``conn`` (a connection, or a cursor of one) binds."""
         return value
 
     def rowcount(self, cur: Any) -> int:
@@ -230,11 +259,17 @@ class Dialect(ABC):
         """Open a transaction where the driver would otherwise commit each statement by itself."""
 
     def begin_replace(self, conn: Any, cur: Any) -> None:  # noqa: B027 - optional
-        """Called after staging, before the lock: a dialect that staged outside the transaction opens it."""
+        """Called after staging and the lock: a dialect that staged outside the transaction opens it."""
 
-    def lock(self, cur: Any, table: TableName) -> None:  # noqa: B027 - declared: capabilities.table_lock
+    def lock(self, cur: Any, table: TableName) -> ProcessLock | None:
         """Serialise loads into ``table`` until the transaction ends, as ``capabilities.table_lock``
-        declares; a dialect that declares ``"none"`` takes nothing, and the loader logs that it does not."""
+        declares; a dialect that declares ``"none"`` takes nothing, and the loader logs that it does not.
+
+        Called before :meth:`begin_replace`. A lock of the database ends with the transaction by itself
+        (``None``); a lock of this process (``"process"``) is returned, and the caller releases it once
+        the transaction has ended.
+        """
+        return None
 
     def rollback(self, conn: Any) -> None:
         try:
@@ -303,8 +338,10 @@ class Dialect(ABC):
         return f"SELECT ROW_NUMBER() OVER () AS {record}, q.* FROM (\n{query}\n) q"
 
     def numbered_copy_sql(self, table: str, query: str, record: str) -> str:
-        """Create the temporary ``table`` of :meth:`numbered_sql`'s rows; ``query`` is as a user wrote it."""
-        return f"CREATE TEMPORARY TABLE {table} AS {self.numbered_sql(query, record)}"
+        """Create ``table`` of :meth:`numbered_sql`'s rows (temporary where ``capabilities.temporary_tables``
+        says the warehouse has such tables); ``query`` is as a user wrote it."""
+        kind = "TEMPORARY TABLE" if self.capabilities.temporary_tables else "TABLE"
+        return f"CREATE {kind} {table} AS {self.numbered_sql(query, record)}"
 
     def described_columns(self, cur: Any, relation: str) -> list[tuple[str, bool]]:
         """The columns of ``relation`` (a table, or a query in parentheses) in order, each with whether

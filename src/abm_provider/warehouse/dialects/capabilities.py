@@ -15,6 +15,12 @@ from typing import Literal
 #: (``"sessions"``); this process alone (``"process"``: where one process writes the database, as
 #: with a DuckDB file, that is every writer); or nothing (``"none"``: the loader says so in its log).
 TableLock = Literal["sessions", "process", "none"]
+#: PEP 249's parameter styles a statement binds its values in: ``qmark`` (``?``), ``format`` (``%s``),
+#: ``named`` (``:name``) and ``pyformat`` (``%(name)s``).
+ParamStyle = Literal["qmark", "format", "named", "pyformat"]
+#: The marker of each positional style, as a DB-API driver and common-sql's ``placeholder`` write it.
+#: A dialect's ``placeholder`` is its style's marker here; the loader's statements bind with it.
+POSITIONAL_MARKERS: dict[ParamStyle, str] = {"qmark": "?", "format": "%s"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +50,21 @@ class Capabilities:
     #: Whether ``FULL OUTER JOIN`` is understood: the list sync compares a source with a list's
     #: members in one pass where it is, and stages the whole source where it is not.
     full_outer_join: bool
+    #: How the driver takes bound values (:data:`ParamStyle`), or ``"hook"``: as the common-sql hook's
+    #: ``placeholder`` says (``?`` or ``%s``), for a dialect that serves any driver. The list sync binds
+    #: its statements in it.
+    param_style: ParamStyle | Literal["hook"]
+    #: Whether ``CREATE TEMPORARY TABLE`` makes a table of the session's own, dropped with it. Where it
+    #: does not, the list sync's work tables (the staged source and what is planned from it) are
+    #: ordinary tables of unique names beside the state tables, dropped when the plan is written.
+    temporary_tables: bool
+    #: Whether several statements commit or roll back together. The list sync writes a plan with its
+    #: run's row, and each answered group with the run's progress, in one transaction, and refuses a
+    #: state database without them rather than leave a half-written plan after a crash.
+    multi_statement_transactions: bool
+    #: Whether ``DELETE t FROM t JOIN s ON ...`` is understood, and the better form: the list sync
+    #: deletes members by a join with the plan there, and with ``EXISTS`` elsewhere.
+    delete_using_join: bool
 
     def described(self) -> dict[str, object]:
         """The record as ``{field: value}``, in declaration order (for logs and the docs' table)."""

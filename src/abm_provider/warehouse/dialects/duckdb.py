@@ -22,17 +22,19 @@ they reject stops it with ``error()``, as does a record DuckDB cannot split, and
 looks for a repeated key. Any of those rolls it back and the file is staged as above. A clean file,
 the usual first load or backfill, is so written once instead of twice.
 
-Bounded memory: unless the connection sets them, ``memory_limit`` (default 1GB) and ``threads`` are
-set on the connection, and DuckDB spills to its temp directory past the limit. Staging keeps
+Bounded memory: the dialect's options (:class:`DuckDBOptions`) ``memory_limit`` (default 1GB) and
+``threads`` are set on the connection unless the DuckDB connection sets them itself (its extras
+``memory_limit``, ``threads``, which the DuckDB hook applies when it opens the database), and DuckDB
+spills to its temp directory past the limit. Staging keeps
 insertion order (DuckDB's default) because the stage's ``rowid`` is how a rejected row is traced to
 its line; the one-pass load into a new table needs no row numbers and drops it, which lets the
 readers' threads write as they go instead of buffering to restore the file's order.
 
 Concurrency: a DuckDB file has one writing process at a time (the file lock). Inside that process,
-loads into one table take turns on an in-process lock (:meth:`DuckDBDialect.lock`), kept from before
-the replace transaction reads anything until it ends, so the later load sees the earlier one's
-rows and ledger row (the newest execution wins, see :mod:`abm_provider.warehouse.flow`) instead of
-failing on a write conflict.
+loads into one table take turns on an in-process lock (:meth:`DuckDBDialect.lock`, held by the load's
+flow, not the dialect), kept from before the replace transaction reads anything until it ends, so
+the later load sees the earlier one's rows and ledger row (the newest execution wins, see
+:mod:`abm_provider.warehouse.flow`) instead of failing on a write conflict.
 """
 
 from __future__ import annotations
@@ -41,14 +43,22 @@ import os
 import re
 import threading
 from collections.abc import Sequence
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from abm_provider.warehouse.dialects.base import Filled, NewTable, Staged
+from abm_provider.common.arguments import check_whole
+from abm_provider.warehouse.dialects.base import Filled, NewTable, ProcessLock, Staged
 from abm_provider.warehouse.dialects.capabilities import Capabilities
-from abm_provider.warehouse.records import awkward_bytes, iter_records
+from abm_provider.warehouse.records import iter_records
 from abm_provider.warehouse.rules_sql import SqlValidated
-from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, STAGE_TABLE, Kind, TableName
+from abm_provider.warehouse.schema import (
+    EXECUTION_ID_COLUMN,
+    LOADED_AT_COLUMN,
+    STAGE_TABLE,
+    Kind,
+    TableName,
+    quote,
+)
 
 if TYPE_CHECKING:
     from abm_provider.warehouse.checks import ColumnPlan
@@ -71,13 +81,27 @@ def _table_lock(key: tuple[str, str, str]) -> threading.Lock:
         return _TABLE_LOCKS.setdefault(key, threading.Lock())
 
 
-def quote(name: str) -> str:
-    """DuckDB's quoting of an identifier (checked already), for the SQL built outside the dialect."""
-    return f'"{name}"'
+@dataclass(frozen=True, kw_only=True)
+class DuckDBOptions:
+    """DuckDB's settings for a load's connection, where the connection does not set them itself."""
+
+    #: DuckDB's ``memory_limit`` (a size like ``1GB``); past it DuckDB spills to disk. ``None``:
+    #: DuckDB's own default (most of the machine's memory).
+    memory_limit: str | None = "1GB"
+    #: DuckDB's ``threads``; ``None``: DuckDB's own default (one per core).
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.memory_limit is not None:
+            _setting(self.memory_limit)
+        if self.threads is not None:
+            check_whole(self.threads, "dialect_options: threads of the duckdb dialect", 1)
 
 
 class DuckDBDialect(SqlValidated):
     name = "duckdb"
+    options_type = DuckDBOptions
+    options: DuckDBOptions
     capabilities = Capabilities(
         bulk_path="duckdb_read_csv",
         # One process writes a DuckDB file: a lock of this process is a lock of every writer.
@@ -90,9 +114,12 @@ class DuckDBDialect(SqlValidated):
         add_column_if_not_exists=True,
         rules_in_sql=True,
         full_outer_join=True,
+        param_style="qmark",
+        temporary_tables=True,
+        multi_statement_transactions=True,
+        delete_using_join=False,
     )
     lineage_schema = "main"  # common-sql's default answers "public", which DuckDB does not have
-    placeholder = "?"
     catalog_where = "table_catalog = current_database() AND "
     # An ART index makes DuckDB bulk inserts slow and memory-hungry; the delete-then-insert under one
     # transaction and the duplicate rejection already keep one row per key.
@@ -107,57 +134,26 @@ class DuckDBDialect(SqlValidated):
     def lineage_namespace(self) -> str | None:
         return f"duckdb://{self.hook.get_database()}"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.memory_limit = self.options.duckdb_memory_limit
-        self.threads = self.options.duckdb_threads
-        # The byte scan of the last file, so a one-pass attempt that steps back does not read it again.
-        self._scanned: tuple[tuple[Path, int, int], str | None] | None = None
-        # The database file and schema the connection writes to, and the table lock this load has taken.
-        self._where: tuple[str, str] = ("", "")
-        self._taken: threading.Lock | None = None
-
     def connect(self) -> Any:
         conn = self.hook.get_conn()
-        if getattr(self.hook, "memory_limit", None) is None and self.memory_limit:
-            conn.execute(f"SET memory_limit = '{_setting(self.memory_limit)}'")
-        if getattr(self.hook, "threads", None) is None and self.threads:
-            conn.execute(f"SET threads = {int(self.threads)}")
-        row = conn.execute(
-            "SELECT path, current_schema() FROM duckdb_databases() WHERE database_name = current_database()"
-        ).fetchone()
-        path = os.path.realpath(str(row[0])) if row and row[0] else f":memory:{id(conn)}"
-        self._where = (path, str(row[1]) if row else "main")
+        options = self.options
+        if getattr(self.hook, "memory_limit", None) is None and options.memory_limit:
+            conn.execute(f"SET memory_limit = '{_setting(options.memory_limit)}'")
+        if getattr(self.hook, "threads", None) is None and options.threads:
+            conn.execute(f"SET threads = {int(options.threads)}")
         return conn
 
-    def lock(self, cur: Any, table: TableName) -> None:
-        """Wait for the other loads of this process into ``table``; kept until the transaction ends.
+    def lock(self, cur: Any, table: TableName) -> ProcessLock:
+        """Wait for the other loads of this process into ``table``; the caller releases it once the
+        transaction has ended.
 
-        Taken right after ``BEGIN`` and before the transaction's first statement, which is when DuckDB
+        Taken before ``BEGIN``, and so before the transaction's first statement, which is when DuckDB
         takes its snapshot: the load then reads what the previous holder committed.
         """
-        if self._taken is not None:
-            return
-        taken = _table_lock((self._where[0], table.schema or self._where[1], table.name))
+        path, schema = _database(cur)
+        taken = _table_lock((path, table.schema or schema, table.name))
         taken.acquire()
-        self._taken = taken
-
-    def _let_go_table(self) -> None:
-        taken, self._taken = self._taken, None
-        if taken is not None:
-            taken.release()
-
-    def rollback(self, conn: Any) -> None:
-        try:
-            super().rollback(conn)
-        finally:
-            self._let_go_table()
-
-    def close(self, conn: Any) -> None:
-        try:
-            super().close(conn)
-        finally:
-            self._let_go_table()
+        return taken
 
     def cursor(self, conn: Any) -> Any:
         # DuckDBPyConnection.cursor() opens a second connection with its own transaction; the load
@@ -179,8 +175,7 @@ class DuckDBDialect(SqlValidated):
         self.begin_transaction(cur)
 
     def identity(self, conn: Any) -> str:
-        # An in-memory database belongs to its connection alone (connect names it so).
-        return f"duckdb:{self._where[0]}"
+        return f"duckdb:{_database(conn)[0]}"
 
     def file_locked(self, err: BaseException) -> tuple[str, int | None] | None:
         # A database file is opened for writing by one process at a time: the file is the lock
@@ -212,19 +207,11 @@ class DuckDBDialect(SqlValidated):
             check += f" AND TRY_CAST({column} AS DATE) IS NOT NULL"
         return check
 
-    def _awkward_bytes(self, path: Path) -> str | None:
-        """:func:`~abm_provider.warehouse.records.awkward_bytes` of ``path``, once per (size, mtime)."""
-        info = path.stat()
-        key = (path, info.st_size, info.st_mtime_ns)
-        if self._scanned is None or self._scanned[0] != key:
-            self._scanned = (key, awkward_bytes(path))
-        return self._scanned[1]
-
     def fill_new_table(self, cur: Any, new: NewTable) -> Filled | None:
         import duckdb  # the [duckdb] extra: this module imports without it, the loader runs with it
 
         request = new.request
-        if self._awkward_bytes(request.path):
+        if new.incoming.awkward_bytes():
             return None  # staging says why, and takes the Python path
         rules = self.reason_sql(new.plan, request.key_columns)
         cur.execute("SET preserve_insertion_order = false")
@@ -248,7 +235,7 @@ class DuckDBDialect(SqlValidated):
 
         cur.execute("SET preserve_insertion_order = true")
         cur.execute(f"DROP TABLE IF EXISTS {STAGE_TABLE}")
-        awkward = self._awkward_bytes(request.path)
+        awkward = incoming.awkward_bytes()
         if awkward:
             self.log.warning(
                 "%s contains %s, which DuckDB's reader does not treat as the other warehouses do; it is "
@@ -376,8 +363,20 @@ def _typed_columns(plan: ColumnPlan) -> str:
     return ", ".join(out)
 
 
+def _database(conn: Any) -> tuple[str, str]:
+    """The database file the connection writes (``:memory:<id>`` for an in-memory one, which belongs to
+    its connection alone) and its current schema."""
+    row = conn.execute(
+        "SELECT path, current_schema() FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()
+    path = os.path.realpath(str(row[0])) if row and row[0] else f":memory:{id(conn)}"
+    return path, str(row[1]) if row else "main"
+
+
 def _setting(value: str) -> str:
     """A memory size like ``1GB``: spliced into SET, so anything but digits, a dot and letters is refused."""
     if not value.replace(".", "").replace(" ", "").isalnum():
-        raise ValueError(f"memory_limit {value!r} is not a size like '1GB'")
+        raise ValueError(
+            f"dialect_options: memory_limit {value!r} of the duckdb dialect is not a size like '1GB'"
+        )
     return value

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from abm_provider.warehouse.dialects.base import Dialect, Staged
 from abm_provider.warehouse.dialects.capabilities import Capabilities
+from abm_provider.warehouse.dialects.options import NoOptions
 from abm_provider.warehouse.records import iter_records
-from abm_provider.warehouse.schema import STAGE_TABLE, Kind, TableName, convert
+from abm_provider.warehouse.schema import STAGE_TABLE, STANDARD_QUOTE, Kind, TableName, convert
 
 if TYPE_CHECKING:
     from abm_provider.warehouse.checks import ColumnPlan
@@ -42,11 +43,12 @@ def driver_quote_format(hook: Any) -> str:
     form = None
     with suppress(Exception):  # read from the connection's extra, which may not exist
         form = hook.escape_word_format
-    return form if isinstance(form, str) and form.count("{}") == 1 else '"{}"'
+    return form if isinstance(form, str) and form.count("{}") == 1 else STANDARD_QUOTE
 
 
 class GenericDialect(Dialect):
     name = "generic"
+    options_type = NoOptions
     capabilities = Capabilities(
         bulk_path="generic_executemany",
         table_lock="none",  # no portable lock: the loader says so, and the sync locks within the process
@@ -59,29 +61,18 @@ class GenericDialect(Dialect):
         add_column_if_not_exists=False,
         rules_in_sql=False,
         full_outer_join=False,
+        param_style="hook",  # as the hook's placeholder says: any DB-API driver
+        temporary_tables=True,
+        multi_statement_transactions=True,
+        delete_using_join=False,
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.chunk_rows = self.options.chunk_rows
-        self.placeholder = getattr(self.hook, "placeholder", None) or "%s"
         self.quote_format = driver_quote_format(self.hook)
-        self._sqlite = False
-
-    def connect(self) -> Any:
-        conn = super().connect()
-        self._sqlite = isinstance(conn, sqlite3.Connection)
-        return conn
 
     def adapt(self, conn: Any, value: Any) -> Any:
-        # sqlite3 has no DECIMAL, DATE or TIMESTAMP: bind the canonical text (and Python 3.12 deprecates
-        # its default date adapters). Everything else binds the Python value.
-        if self._sqlite:
-            if isinstance(value, Decimal):
-                return str(value)
-            if isinstance(value, dt.date):
-                return value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
-        return value
+        return _as_text(value) if _binds_text(conn) else value
 
     def param(self, sql_type: str) -> str:
         return self.placeholder
@@ -126,6 +117,7 @@ class GenericDialect(Dialect):
         insert = f"INSERT INTO {STAGE_TABLE} ({names}) VALUES ({marks})"
         kinds = [plan.kinds[n] for n in plan.header]
         keys = {plan.header.index(k) for k in request.key_columns}
+        text_only = _binds_text(cur)
         rejects: dict[int, str] = {}
         batch: list[list[Any]] = []
         staged, started = 0, time.monotonic()
@@ -133,7 +125,7 @@ class GenericDialect(Dialect):
             if record.error is not None or record.fields is None:
                 rejects[record.number] = f"malformed record ({record.error})"
                 continue
-            row, reason = self._convert(record.fields, kinds, plan.header, keys)
+            row, reason = self._convert(record.fields, kinds, plan.header, keys, text_only)
             if reason is not None:
                 rejects[record.number] = reason
                 continue
@@ -152,7 +144,7 @@ class GenericDialect(Dialect):
         return Staged(rejects=rejects, rules_checked=True)
 
     def _convert(
-        self, fields: list[str], kinds: list[Kind], header: Sequence[str], keys: set[int]
+        self, fields: list[str], kinds: list[Kind], header: Sequence[str], keys: set[int], text_only: bool
     ) -> tuple[list[Any], str | None]:
         row: list[Any] = []
         for index, (text, kind) in enumerate(zip(fields, kinds, strict=True)):
@@ -162,7 +154,26 @@ class GenericDialect(Dialect):
                 row.append(None)
                 continue
             try:
-                row.append(self.adapt(None, convert(kind, text)))
+                value = convert(kind, text)
+                row.append(_as_text(value) if text_only else value)
             except ValueError as exc:
                 return row, f"column {header[index]}: {exc}, got {text}"
         return row, None
+
+
+def _binds_text(conn: Any) -> bool:
+    """Whether the driver of ``conn`` (a connection or a cursor) binds :func:`_as_text` values.
+
+    sqlite3 has no DECIMAL, DATE or TIMESTAMP (and Python 3.12 deprecates its default date adapters);
+    every other driver binds the Python value.
+    """
+    return isinstance(conn, (sqlite3.Connection, sqlite3.Cursor))
+
+
+def _as_text(value: Any) -> Any:
+    """A decimal, date or timestamp as its canonical text; anything else as it is."""
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, dt.date):
+        return value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
+    return value

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 from abm_provider.warehouse.dialects.base import Staged
 from abm_provider.warehouse.dialects.capabilities import Capabilities
 from abm_provider.warehouse.dialects.generic import GenericDialect
+from abm_provider.warehouse.dialects.options import NoOptions
 from abm_provider.warehouse.prescan import KeyOrder, count_if_all_pass
-from abm_provider.warehouse.records import awkward_bytes
 from abm_provider.warehouse.schema import STAGE_TABLE, Kind, TableName
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ _TEXT_TYPES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", 
 
 class MySQLDialect(GenericDialect):
     name = "mysql"
+    options_type = NoOptions
     capabilities = Capabilities(
         bulk_path="mysql_load_data",
         table_lock="sessions",  # GET_LOCK, held by the session until the load ends
@@ -79,12 +80,16 @@ class MySQLDialect(GenericDialect):
         rules_in_sql=True,
         # And a temporary table cannot be named twice in one statement: a source is staged whole.
         full_outer_join=False,
+        param_style="format",
+        temporary_tables=True,
+        multi_statement_transactions=True,  # for DML: DDL commits by itself
+        # A join lets the server start from the few plan rows; MariaDB runs EXISTS once per member.
+        delete_using_join=True,
     )
     current_schema_sql = "DATABASE()"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.placeholder = "%s"
         self.quote_format = "`{}`"
 
     def type_sql(self, sql_type: str) -> str:
@@ -97,11 +102,6 @@ class MySQLDialect(GenericDialect):
 
     def column_type(self, kind: Kind) -> str:
         return self.text_sql() if kind is Kind.TEXT else kind.sql_type
-
-    def delete_matching_sql(self, target: str, where: str, source: str, match: str) -> str:
-        # A join lets the server start from the few ``source`` rows; MariaDB runs the EXISTS form once
-        # per ``target`` row.
-        return f"DELETE {target} FROM {target} JOIN {source} ON {where} AND {match}"
 
     def key_index_sql(self, columns: Sequence[str]) -> str:
         # MySQL looks a correlated ``[NOT] EXISTS`` up row by row: without an index, a scan per row.
@@ -210,7 +210,7 @@ class MySQLDialect(GenericDialect):
                 ]
             )
         self.create_stage(cur, plan, record)
-        staged = self._load_data(cur, request, plan)
+        staged = self._load_data(cur, request, plan, incoming)
         if staged is None:
             cur.execute(f"DELETE FROM {STAGE_TABLE}")
             staged = self.stage_checked(cur, request, plan)
@@ -218,9 +218,11 @@ class MySQLDialect(GenericDialect):
             self.analyze(cur, STAGE_TABLE)
         return staged
 
-    def _load_data(self, cur: Any, request: LoadRequest, plan: ColumnPlan) -> Staged | None:
+    def _load_data(
+        self, cur: Any, request: LoadRequest, plan: ColumnPlan, incoming: IncomingFile
+    ) -> Staged | None:
         """``LOAD DATA`` the file with the pre-scan beside it; ``None`` when the Python path must stage it."""
-        odd = awkward_bytes(request.path, _UNQUOTED_NULL)
+        odd = incoming.awkward_bytes(_UNQUOTED_NULL)
         if odd:
             self.log.warning(
                 "%s contains %s, which LOAD DATA reads unlike a CSV parser; staging it through Python",

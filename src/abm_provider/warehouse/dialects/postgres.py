@@ -46,6 +46,7 @@ from typing import IO, TYPE_CHECKING, Any
 from abm_provider.common.progress import ByteProgress
 from abm_provider.warehouse.dialects.base import Filled, NewTable, Staged, lock_number
 from abm_provider.warehouse.dialects.capabilities import Capabilities
+from abm_provider.warehouse.dialects.options import NoOptions
 from abm_provider.warehouse.dialects.postgres_copy import Copied, IterFile, scan_stream
 from abm_provider.warehouse.prescan import DaySet, KeyOrder, count_if_all_pass
 from abm_provider.warehouse.records import iter_records
@@ -70,6 +71,7 @@ WORK_MEM = "256MB"
 
 class PostgresDialect(SqlValidated):
     name = "postgres"
+    options_type = NoOptions
     capabilities = Capabilities(
         bulk_path="postgres_copy",
         table_lock="sessions",  # a transaction-scoped advisory lock
@@ -84,8 +86,12 @@ class PostgresDialect(SqlValidated):
         add_column_if_not_exists=True,
         rules_in_sql=True,
         full_outer_join=True,
+        param_style="format",
+        temporary_tables=True,
+        multi_statement_transactions=True,
+        # PostgreSQL spells it DELETE ... USING, and plans EXISTS as the same join.
+        delete_using_join=False,
     )
-    placeholder = "%s"
     text_type_codes = frozenset({"25", "1043"})  # text, varchar (psycopg and psycopg2 give the type's OID)
 
     def begin(self, cur: Any) -> None:

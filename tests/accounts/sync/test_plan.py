@@ -1,0 +1,84 @@
+"""``abm_provider.accounts.sync.plan``: what a run sends, holds or refuses, by whole syncs against the
+emulator with the state on DuckDB, PostgreSQL and MariaDB.
+
+A refused row is not sent again until it changes, too many invalid rows send and record nothing, and a
+key given twice is added once, with its first row. What reaches the service is read from the
+emulator's request log and its view of the list; the warehouse with the database's own driver.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sync_support import (
+    COLUMNS,
+    NOT_FOUND,
+    ORG,
+    account_id,
+    clear_requests,
+    make_list,
+    member_ids,
+    membership_requests,
+    rows_for,
+    state_ids,
+    sync,
+)
+
+from abm_provider.common.rejects import TooManyRejects
+from support.warehouses import Warehouse
+
+
+def test_a_refused_row_is_not_sent_again_until_it_changes(abm: Any, warehouse: Warehouse) -> None:
+    list_id = make_list()
+    source = [*rows_for(range(3)), (NOT_FOUND, "Ghost", ORG), ("has space", "Bad", ORG)]
+    warehouse.replace_table("targets", COLUMNS, source)
+    first = sync(warehouse, list_id, "run_1", max_rejected=None)
+    assert (first["added"], first["not_found"], first["rejected"]) == (3, 1, 1)
+    reasons = dict(
+        warehouse.query(f"SELECT account_id, reason FROM {warehouse.name('abm_sync_rejects')} ORDER BY 1")
+    )
+    assert reasons[NOT_FOUND].startswith("not found")
+    assert "whitespace" in reasons["has space"]
+
+    clear_requests(abm)
+    second = sync(warehouse, list_id, "run_2", max_rejected=0)
+    assert (second["to_add"], second["not_found"], second["rejected"], second["held"]) == (0, 0, 0, 2)
+    assert membership_requests(abm) == {"add": 0, "remove": 0}
+
+    # A corrected value is a change: the row is sent again.
+    source[3] = (NOT_FOUND, "Ghost, renamed", ORG)
+    warehouse.replace_table("targets", COLUMNS, source)
+    clear_requests(abm)
+    third = sync(warehouse, list_id, "run_3", max_rejected=0)
+    assert (third["to_add"], third["not_found"], third["held"]) == (1, 1, 1)
+    assert membership_requests(abm) == {"add": 1, "remove": 0}
+    assert member_ids(abm, list_id) == {account_id(n) for n in range(3)}
+
+
+def test_too_many_invalid_rows_send_and_record_nothing(abm: Any, warehouse: Warehouse) -> None:
+    list_id = make_list()
+    warehouse.replace_table(
+        "targets", COLUMNS, [*rows_for(range(10)), ("bad 1", "x", ORG), ("bad 2", "y", ORG)]
+    )
+    for run_id in ("run_1", "run_2"):  # nothing recorded, so the next run fails the same way
+        with pytest.raises(TooManyRejects, match="2 of 12"):
+            sync(warehouse, list_id, run_id, max_rejected=1)
+    assert member_ids(abm, list_id) == set()
+    assert state_ids(warehouse, list_id) == set()
+    assert sync(warehouse, list_id, "run_3", max_rejected=0.2)["added"] == 10
+
+
+def test_a_key_given_twice_is_added_once_with_its_first_row(abm: Any, warehouse: Warehouse) -> None:
+    list_id = make_list()
+    rows = [(account_id(1), "First", ORG), (account_id(2), "Other", ORG), (account_id(1), "Second", ORG)]
+    warehouse.replace_table("targets", COLUMNS, rows)
+    result = sync(warehouse, list_id, "run_1")
+    assert (result["to_add"], result["added"]) == (2, 2)
+    names = dict(
+        warehouse.query(
+            f"SELECT account_id, account_name FROM {warehouse.name('abm_sync_members')} WHERE list_id = %s",
+            [list_id],
+        )
+    )
+    assert names == {account_id(1): "First", account_id(2): "Other"}
