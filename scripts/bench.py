@@ -79,9 +79,10 @@ LEDGER_TABLE = "abm_load_ledger"
 DUCKDB_MEMORY_LIMIT = "256MB"
 
 
-def duckdb_options(memory_limit: str | None, threads: int | None) -> dict[str, Any]:
-    """The load's ``dialect_options`` on DuckDB: the bench's memory limit, and threads when given."""
-    return {"memory_limit": memory_limit, "threads": threads}
+def dialect_options(warehouse: str, memory_limit: str | None, threads: int | None) -> dict[str, Any] | None:
+    """The load's ``dialect_options``: on DuckDB the bench's memory limit, and threads when given; none
+    elsewhere (PostgreSQL's dialect has no options, and refuses these)."""
+    return {"memory_limit": memory_limit, "threads": threads} if warehouse == "duckdb" else None
 
 
 class Section(Protocol):
@@ -378,10 +379,7 @@ class ExportSection:
             "export_type": EXPORT_TYPE,
             "conn_id": DUCKDB_CONN if warehouse == "duckdb" else POSTGRES_CONN,
             "duckdb_path": self.duckdb_path if warehouse == "duckdb" else None,
-            # The DuckDB dialect's own options; PostgreSQL's dialect has none, and refuses these.
-            "dialect_options": duckdb_options(args.duckdb_memory_limit, args.duckdb_threads)
-            if warehouse == "duckdb"
-            else None,
+            "dialect_options": dialect_options(warehouse, args.duckdb_memory_limit, args.duckdb_threads),
             "pg_dsn": PG_DSN,
             "sqlalchemy_url": SQLALCHEMY_URL,
         }
@@ -1000,6 +998,16 @@ class SyncSection:
                 f"sync {which} run: to_add, to_remove, added, removed, state_count = {got}, expected {want}"
             )
 
+    def first_and_second(self, emulator: Any, warehouse: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """On the seeded source: a new list, its first sync, 1% of the source changed, its second sync."""
+        list_id = self.fresh_list(emulator)
+        first = self.sync(emulator, warehouse, list_id, "bench_run_1")
+        self.expect(first, "first", self.count, 0)
+        self.change(warehouse)
+        second = self.sync(emulator, warehouse, list_id, "bench_run_2")
+        self.expect(second, "second", self.half, self.half)
+        return first, second
+
     def run(self) -> None:
         bench, repeats = self.bench, self.bench.args.sync_runs
         ensure_pg_database()
@@ -1014,12 +1022,7 @@ class SyncSection:
                     for number in range(1, repeats + 1):
                         self.seed(warehouse)
                         bare = self.bare(emulator, warehouse)
-                        list_id = self.fresh_list(emulator)
-                        first = self.sync(emulator, warehouse, list_id, "bench_run_1")
-                        self.expect(first, "first", self.count, 0)
-                        self.change(warehouse)
-                        second = self.sync(emulator, warehouse, list_id, "bench_run_2")
-                        self.expect(second, "second", self.half, self.half)
+                        first, second = self.first_and_second(emulator, warehouse)
                         runs["first"].append(first)
                         runs["second"].append(second)
                         runs["bare"].append(bare)

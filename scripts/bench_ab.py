@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,8 @@ from bench import (
     POSTGRES_CONN,
     SyncSection,
     case_env,
+    dialect_options,
     drop_pg_tables,
-    duckdb_options,
     ensure_pg_database,
     export_figures,
     fire_export,
@@ -52,6 +53,13 @@ from bench_report import ROOT
 from measure_storage import parse_size
 
 SIDES = ("old", "new")
+
+
+def pair_order(pairs: int) -> Iterator[tuple[int, str]]:
+    """Each pair's number and its sides in the order they run: the order alternates from pair to pair."""
+    for pair in range(pairs):
+        for side in SIDES if pair % 2 == 0 else tuple(reversed(SIDES)):
+            yield pair, side
 
 
 def child_env(work: Path, emulator: Any, duckdb_path: Path) -> dict[str, str]:
@@ -138,12 +146,7 @@ def sync_pair_run(section: SyncSection, emulator: Any, warehouse: str) -> dict[s
     """One side's first sync into a new list, 1% of the source changed, then its second sync."""
     section.seed(warehouse)
     try:
-        list_id = section.fresh_list(emulator)
-        first = section.sync(emulator, warehouse, list_id, "bench_run_1")
-        section.expect(first, "first", section.count, 0)
-        section.change(warehouse)
-        second = section.sync(emulator, warehouse, list_id, "bench_run_2")
-        section.expect(second, "second", section.half, section.half)
+        first, second = section.first_and_second(emulator, warehouse)
     finally:
         section.clean(warehouse)
     return {
@@ -173,15 +176,14 @@ def compare_sync(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
             f"list sync of {args.sync_rows:,} rows on {args.warehouse}, then 1% changed: "
             f"{args.old} (old) against {args.new} (new)"
         )
-        for pair in range(args.pairs):
-            for side in SIDES if pair % 2 == 0 else tuple(reversed(SIDES)):
-                run = sync_pair_run(sections[side], emulator, args.warehouse)
-                figures[side].append(run)
-                print(
-                    f"pair {pair + 1} {side}: first {run['first_seconds']:.2f} s, second "
-                    f"{run['second_seconds']:.2f} s, peak RSS {run['peak_rss_mib']:.0f} MiB",
-                    flush=True,
-                )
+        for pair, side in pair_order(args.pairs):
+            run = sync_pair_run(sections[side], emulator, args.warehouse)
+            figures[side].append(run)
+            print(
+                f"pair {pair + 1} {side}: first {run['first_seconds']:.2f} s, second "
+                f"{run['second_seconds']:.2f} s, peak RSS {run['peak_rss_mib']:.0f} MiB",
+                flush=True,
+            )
     return figures
 
 
@@ -212,23 +214,20 @@ def compare(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
             "export_type": EXPORT_TYPE,
             "conn_id": POSTGRES_CONN if args.warehouse == "postgres" else DUCKDB_CONN,
             "duckdb_path": str(duckdb_path) if args.warehouse == "duckdb" else None,
-            "dialect_options": duckdb_options(DUCKDB_MEMORY_LIMIT, None)
-            if args.warehouse == "duckdb"
-            else None,
+            "dialect_options": dialect_options(args.warehouse, DUCKDB_MEMORY_LIMIT, None),
             # What a checkout from before the dialects owned their options reads instead.
             "duckdb_memory_limit": DUCKDB_MEMORY_LIMIT,
         }
         print(f"{human_bytes(args.size)} into {args.warehouse}: {args.old} (old) against {args.new} (new)")
-        for pair in range(args.pairs):
-            for side in SIDES if pair % 2 == 0 else tuple(reversed(SIDES)):
-                drop_pg_tables()
-                run = export_figures(run_once(trees[side], envs[side], params))
-                figures[side].append(run)
-                print(
-                    f"pair {pair + 1} {side}: {run['seconds']:.2f} s, {run['mb_per_s']:.1f} MB/s, "
-                    f"peak RSS {run['peak_rss_mib']:.0f} MiB",
-                    flush=True,
-                )
+        for pair, side in pair_order(args.pairs):
+            drop_pg_tables()
+            run = export_figures(run_once(trees[side], envs[side], params))
+            figures[side].append(run)
+            print(
+                f"pair {pair + 1} {side}: {run['seconds']:.2f} s, {run['mb_per_s']:.1f} MB/s, "
+                f"peak RSS {run['peak_rss_mib']:.0f} MiB",
+                flush=True,
+            )
     return figures
 
 

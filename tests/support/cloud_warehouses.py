@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, NoReturn
@@ -96,6 +96,33 @@ class ServerProcess:
         self.stop()
         tail = self.log.read_text(encoding="utf-8", errors="replace")[-4000:]
         pytest.fail(f"{reason}\ncommand: {' '.join(self.command)}\noutput:\n{tail}", pytrace=False)
+
+    def wait_for_200(
+        self,
+        method: str,
+        path: str,
+        connect: Callable[[float], http.client.HTTPConnection],
+        deadline: float,
+    ) -> None:
+        """Send ``method path`` on a new ``connect(timeout)`` until it answers 200, failing the test
+        when the server exits or ``deadline`` (``time.monotonic()``) passes; each attempt is bounded."""
+        while True:
+            if self.process.poll() is not None:
+                self.fail(
+                    f"the server exited with code {self.process.returncode} before {method} {path} answered"
+                )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.fail(f"{method} {path} did not answer 200 within {START_TIMEOUT:g}s")
+            connection = connect(min(remaining, 2))
+            try:
+                connection.request(method, path)
+                if connection.getresponse().status == 200:
+                    return
+            except (OSError, http.client.HTTPException):
+                pass
+            finally:
+                connection.close()
 
     def stop(self) -> None:
         """SIGTERM, a bounded wait, then SIGKILL."""
@@ -169,24 +196,13 @@ def _wait_for_https(server: ServerProcess, port: int, ca_file: Path, deadline: f
     """Until fakesnow answers a request: each attempt blocks on the socket (the listening socket
     exists before the server does, so a connection waits in its backlog), never on a fixed sleep."""
     context = ssl.create_default_context(cafile=str(ca_file))
-    while True:
-        if server.process.poll() is not None:
-            server.fail(f"fakesnow exited with code {server.process.returncode} before it answered")
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            server.fail(f"fakesnow did not answer on port {port} within {START_TIMEOUT:g}s")
-        connection = http.client.HTTPSConnection(
-            "127.0.0.1", port, context=context, timeout=min(remaining, 2)
-        )
-        try:
-            # answered with {"success": true}; changes nothing
-            connection.request("POST", "/queries/v1/abort-request")
-            if connection.getresponse().status == 200:
-                return
-        except (OSError, http.client.HTTPException):
-            pass
-        finally:
-            connection.close()
+    # answered with {"success": true}; changes nothing
+    server.wait_for_200(
+        "POST",
+        "/queries/v1/abort-request",
+        lambda timeout: http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=timeout),
+        deadline,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -309,19 +325,12 @@ def _wait_until_ready(server: ServerProcess, rest_url: str, deadline: float) -> 
     """``/readyz`` answers 200 (DuckDB and the catalog answer): checked once the launcher said it
     serves, so this normally succeeds at the first request."""
     host, port = rest_url.removeprefix("http://").rsplit(":", 1)
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or server.process.poll() is not None:
-            server.fail(f"bqemulator's {rest_url}/readyz did not answer 200")
-        connection = http.client.HTTPConnection(host, int(port), timeout=min(remaining, 2))
-        try:
-            connection.request("GET", "/readyz")
-            if connection.getresponse().status == 200:
-                return
-        except (OSError, http.client.HTTPException):
-            pass
-        finally:
-            connection.close()
+    server.wait_for_200(
+        "GET",
+        "/readyz",
+        lambda timeout: http.client.HTTPConnection(host, int(port), timeout=timeout),
+        deadline,
+    )
 
 
 @pytest.fixture(scope="session")

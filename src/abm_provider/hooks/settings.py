@@ -16,9 +16,10 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 from abm_provider.common.arguments import check_choice
-from abm_provider.common.urls import DEFAULT_BASE_URL, Redactor, normalise_base_url, url_origin
+from abm_provider.common.urls import Redactor, normalise_base_url, url_origin
 
 AuthType = Literal["bearer", "basic"]
+AUTH_TYPES: tuple[AuthType, ...] = ("bearer", "basic")
 
 
 def _bound(default: float, low: float, high: float, label: str, help: str) -> Any:
@@ -174,11 +175,7 @@ class TaskSettings:
 
     def hook_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of the task's hook: ``hook_params``, with the named settings winning."""
-        named = {
-            "max_attempts": self.max_attempts,
-            "retry_max_wait": self.retry_max_wait,
-            "request_timeout": self.request_timeout,
-        }
+        named = {name: getattr(self, name) for name in TASK_SETTINGS if name != "hook_params"}
         return {**self.hook_params, **named}
 
 
@@ -258,12 +255,11 @@ class AbmSettings:
         if not api_key:
             raise ValueError(f"{where} has no API key: put the key in its password field")
         auth_type = str(extra.get("auth_type") or "bearer").strip().lower()
-        check_choice(auth_type, f"{where} extra auth_type", ("bearer", "basic"))
         return cls(
             conn_id=conn_id,
-            base_url=base_url or DEFAULT_BASE_URL,
+            base_url=base_url,
             api_key=api_key,
-            auth_type="basic" if auth_type == "basic" else "bearer",
+            auth_type=check_choice(auth_type, f"{where} extra auth_type", AUTH_TYPES),
             verify=_verify(extra.get("verify"), extra.get("ca_bundle"), where),
             limits=Limits.read(given, extra, where),
         )

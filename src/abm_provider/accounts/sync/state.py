@@ -117,7 +117,7 @@ def utc_now() -> datetime:
 
 @dataclass(frozen=True)
 class TableSql:
-    """The four tables' names as one database's SQL (quoted by its dialect)."""
+    """The five tables' names as one database's SQL (quoted by its dialect)."""
 
     members: str
     plan: str
