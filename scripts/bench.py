@@ -1,6 +1,6 @@
 """`make bench`: the provider against the ceiling and against what users write by hand.
 
-Five sections, each against a real emulator process on free loopback ports (issue 8):
+Six sections, each against a real emulator process on free loopback ports (issue 8):
 
 1. ``export``: a TACTIC_PERFORMANCE export downloaded and loaded into DuckDB and PostgreSQL by one
    ``ExecutionCsvToSqlOperator`` given the execution (the example DAG; it loads while it downloads),
@@ -17,6 +17,8 @@ Five sections, each against a real emulator process on free loopback ports (issu
 5. ``sync``: ``AccountListSyncOperator`` keeping a list in step with a 1,000,000-row table, state tables
    beside it (DuckDB, then PostgreSQL): the first run into an empty list, then, after 1% of the rows
    changed (half left, as many new ones joined), the second run; time and peak RSS of each side by side.
+6. ``cloud``: a 100 MiB export loaded into Snowflake (fakesnow) by its bulk path and by the generic
+   ``executemany`` path, each into an empty database: the ratio of the two.
 
 Every measured case runs in its own child process (``scripts/bench_cases.py``) so that its peak RSS
 (``VmHWM``) and CPU time are its own, and each figure is the median of ``--runs`` runs, the pairs
@@ -47,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -60,7 +63,7 @@ from measure_storage import parse_size
 
 MiB = 1 << 20
 EXPORT_TYPE = "TACTIC_PERFORMANCE"
-SECTIONS = ("export", "lists", "waiting", "startup", "sync")
+SECTIONS = ("export", "lists", "waiting", "startup", "sync", "cloud")
 # The PostgreSQL server (no database part); the suite creates and uses its own database on it.
 PG_SERVER = urlsplit(os.environ.get("ABM_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432"))
 PG_DATABASE = os.environ.get("ABM_BENCH_PG_DATABASE", "abm_bench")
@@ -103,10 +106,11 @@ class Sizes:
     poll_interval: float
     poll_rounds: int
     sync_rows: int
+    cloud: int
 
 
-FULL = Sizes(2**30, 4 * 2**30, 100 * MiB, (200_000, 1_000_000), 1000, 10.0, 3, 1_000_000)
-QUICK = Sizes(20 * MiB, 80 * MiB, 5 * MiB, (5_000,), 50, 1.0, 3, 20_000)
+FULL = Sizes(2**30, 4 * 2**30, 100 * MiB, (200_000, 1_000_000), 1000, 10.0, 3, 1_000_000, 100 * MiB)
+QUICK = Sizes(20 * MiB, 80 * MiB, 5 * MiB, (5_000,), 50, 1.0, 3, 20_000, 2 * MiB)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -136,6 +140,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--sync-runs", type=int, default=1, help="repetitions of the list sync's first + second run"
     )
+    parser.add_argument(
+        "--cloud-size", type=parse_size, default=None, help="export size of the cloud section (100MiB)"
+    )
     parser.add_argument("--poll-interval", type=float, default=None, help="trigger poll interval, seconds")
     parser.add_argument(
         "--duckdb-memory-limit", default=DUCKDB_MEMORY_LIMIT, help="DuckDB memory_limit for the loads"
@@ -160,6 +167,7 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
         poll_interval=args.poll_interval or base.poll_interval,
         poll_rounds=base.poll_rounds,
         sync_rows=args.sync_rows or base.sync_rows,
+        cloud=args.cloud_size or base.cloud,
     )
 
 
@@ -1113,6 +1121,108 @@ class SyncSection:
         )
 
 
+# ---------------------------------------------------------------------------------------- section 6
+# Each cloud warehouse's bulk path against the generic path, on its emulator, on one export file: the
+# warehouse's own dialect (Snowflake: Parquet PUT and COPY INTO) and the generic executemany path, each
+# into an empty database in a fresh process. Only the ratio means anything: an emulator's absolute
+# speed says nothing about the service. The emulator is started as the tests start it.
+
+
+#: The paths the cloud section compares, as the load operator's ``method`` names them.
+CLOUD_METHODS = ("auto", "generic")
+
+
+def cloud_support() -> Any:
+    """``support.cloud_warehouses`` from the tests (the one place the emulators are started)."""
+    tests = str(ROOT / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    import support.cloud_warehouses as cloud
+
+    return cloud
+
+
+class CloudSection:
+    """Section 6: Snowflake's bulk path vs the generic path on fakesnow, on one export file."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+
+    def export_file(self) -> Path:
+        """An export of the section's size, downloaded once from the emulator."""
+        size = self.bench.sizes.cloud
+        target = self.bench.work / "cloud-export.csv"
+        with self.bench.emulator(
+            link_ttl=10**9, data_dir=str(self.bench.work / "cloud-emulator")
+        ) as emulator:
+            from abm_provider.hooks.abm import AbmHook
+
+            hook = AbmHook(ABM_CONN)
+            hook.create_export_job(EXPORT_TYPE, "0 5 1 1 *")
+            hook.close()
+            log(f"cloud: rendering a {human_bytes(size)} export")
+            execution = fire_export(emulator, size)
+            bench_cases.curl_to_file(execution["downloadUri"], target)
+        return target
+
+    def run(self) -> None:
+        path = self.export_file()
+        cloud = cloud_support()
+        folder = self.bench.work / "fakesnow"
+        folder.mkdir(exist_ok=True)
+        with cloud.running_fakesnow(folder) as server:
+            runs = self.compare(
+                "snowflake",
+                path,
+                server.client_env(),
+                lambda: server.connection(f"ABM_BENCH_{uuid.uuid4().hex[:8].upper()}"),
+            )
+        self.report("snowflake", path.stat().st_size, runs)
+
+    def compare(
+        self, warehouse: str, path: Path, env: dict[str, str], connection: Callable[[], dict[str, Any]]
+    ) -> dict[str, dict[str, Any]]:
+        """Each path's load of ``path``, each into a new database (``connection()``), with ``env`` set
+        for the case processes."""
+        runs: dict[str, dict[str, Any]] = {}
+        saved = dict(self.bench.env)
+        self.bench.env.update(env)
+        try:
+            for method in CLOUD_METHODS:
+                self.bench.set_conn("bench_cloud", connection())
+                log(f"cloud: {warehouse}, {method} path")
+                runs[method] = self.bench.run_case(
+                    "cloud_load", {"conn_id": "bench_cloud", "path": str(path), "method": method}
+                )
+        finally:
+            self.bench.env.clear()
+            self.bench.env.update(saved)
+        return runs
+
+    def report(self, warehouse: str, size: int, runs: dict[str, dict[str, Any]]) -> None:
+        for run in runs.values():
+            seconds = float(run["seconds"])
+            self.bench.rows.append(
+                Row(
+                    section="cloud",
+                    case=f"{warehouse} {run['method']}",
+                    size=human_bytes(size),
+                    throughput=f"{size / 2**20 / seconds:.1f} MiB/s",
+                    peak_rss=f"{mib(run['peak_rss_kib']):.0f} MiB",
+                    seconds=f"{seconds:.1f}",
+                    notes=f"{run['rows_loaded']:,} rows",
+                    figures={"seconds": seconds, "rows": float(run["rows_loaded"])},
+                    runs=[run],
+                )
+            )
+        if {"auto", "generic"} <= runs.keys():
+            ratio = float(runs["generic"]["seconds"]) / float(runs["auto"]["seconds"])
+            shown = f"{ratio:.1f}x"
+            self.bench.checks.append(
+                Check("cloud", f"{warehouse}: bulk path vs generic path", shown, ">= 10x", ratio >= 10)
+            )
+
+
 # ---------------------------------------------------------------------------------------- main
 
 
@@ -1165,6 +1275,7 @@ def main(argv: list[str] | None = None) -> int:
             "waiting": WaitingSection,
             "startup": StartupSection,
             "sync": SyncSection,
+            "cloud": CloudSection,
         }
         failed = [
             name for name in SECTIONS if name in sections and not run_section(bench, name, classes[name])
@@ -1186,6 +1297,7 @@ def main(argv: list[str] | None = None) -> int:
         "sync_rows": sizes.sync_rows,
         "sync_runs": args.sync_runs,
         "sync_changed": f"{SYNC_CHANGED:.0%}",
+        "cloud": human_bytes(sizes.cloud),
         "duckdb_memory_limit": args.duckdb_memory_limit,
         "duckdb_threads": args.duckdb_threads or "default",
         "elapsed_s": round(time.monotonic() - started, 1),

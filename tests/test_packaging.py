@@ -204,7 +204,12 @@ def _imports(package: Path) -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
+                # A namespace package (``google.cloud``) has no file, so no distribution owns it: its
+                # imported submodule (``from google.cloud import bigquery``) names the one that does.
+                names = [
+                    f"{node.module}.{alias.name}" if _is_namespace(node.module) else node.module
+                    for alias in node.names
+                ]
             else:
                 continue
             for name in names:
@@ -216,6 +221,15 @@ def _imports(package: Path) -> dict[str, set[str]]:
 
 #: Distributions that ``apache-airflow`` stands for in a requirement.
 _AIRFLOW_ITSELF = {"apache-airflow-core", "apache-airflow-task-sdk"}
+
+
+def _is_namespace(module: str) -> bool:
+    """Whether ``module`` is an installed namespace package (no ``__init__``: nothing owns it)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except ModuleNotFoundError:
+        return False
+    return spec is not None and spec.origin is None and spec.submodule_search_locations is not None
 
 
 def _owners() -> dict[Path, str]:

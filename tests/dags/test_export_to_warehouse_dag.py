@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagtest_support import Warehouse, load_dag, task_states, xcom
+from dagtest_support import BigQueryWarehouse, ExportWarehouse, load_dag, task_states, xcom
 
 from smoke.smoke_support import fire_once_deferred, record_trigger_runs
 
@@ -56,7 +56,7 @@ def file_rows(path: str) -> dict[tuple[str, str], Row]:
     return table
 
 
-def table_rows(warehouse: Warehouse) -> dict[tuple[str, str], Row]:
+def table_rows(warehouse: ExportWarehouse) -> dict[tuple[str, str], Row]:
     rows = [
         tuple(_value(c, v) for c, v in zip(COLUMNS, row, strict=True))
         for row in warehouse.query(f"SELECT {', '.join(COLUMNS)} FROM {TABLE}")
@@ -66,7 +66,7 @@ def table_rows(warehouse: Warehouse) -> dict[tuple[str, str], Row]:
     return table
 
 
-def ledger(warehouse: Warehouse) -> list[tuple[Any, ...]]:
+def ledger(warehouse: ExportWarehouse) -> list[tuple[Any, ...]]:
     return warehouse.query(
         "SELECT execution_id, export_type, sha256, rows_loaded, bytes FROM abm_load_ledger ORDER BY loaded_at"
     )
@@ -100,8 +100,14 @@ def run_dag(logical_date: datetime) -> Any:
 
 @pytest.mark.timeout(300)
 def test_export_dag_loads_restates_and_reruns_idempotently(
-    dag_env: Path, emulator: Any, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
+    dag_env: Path,
+    emulator: Any,
+    export_warehouse: ExportWarehouse,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    warehouse = export_warehouse
+    if isinstance(warehouse, BigQueryWarehouse):  # BigQuery names a table with its dataset
+        monkeypatch.setenv("ABM_EXPORT_TABLE", warehouse.table(TABLE))
     trigger_runs = record_trigger_runs(monkeypatch)
     today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 

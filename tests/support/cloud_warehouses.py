@@ -209,7 +209,14 @@ def _wait_for_https(server: ServerProcess, port: int, ca_file: Path, deadline: f
 def fakesnow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakesnowServer]:
     """fakesnow under uvicorn, on TLS, on a free loopback port, for the whole session."""
     require("fakesnow", "fakesnow (the Snowflake emulator)")
-    folder = tmp_path_factory.mktemp("fakesnow")
+    with running_fakesnow(tmp_path_factory.mktemp("fakesnow")) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def running_fakesnow(folder: Path) -> Iterator[FakesnowServer]:
+    """fakesnow under uvicorn, on TLS, on a free loopback port, its files in ``folder``, until the
+    block ends (the fixture's server; ``make bench`` starts one with it too)."""
     ca_file, cert_file, key_file = _certificate(folder)
     # Bound here and handed over, so the port is known before the server starts and no other process
     # can take it in between.
@@ -337,7 +344,13 @@ def _wait_until_ready(server: ServerProcess, rest_url: str, deadline: float) -> 
 def bqemulator_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BqEmulatorServer]:
     """bqemulator, offline, on free loopback ports, for the whole session."""
     require("bqemulator", "bqemulator (the BigQuery emulator)")
-    folder = tmp_path_factory.mktemp("bqemulator")
+    with running_bqemulator(tmp_path_factory.mktemp("bqemulator")) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def running_bqemulator(folder: Path) -> Iterator[BqEmulatorServer]:
+    """bqemulator, offline, on free loopback ports, its files in ``folder``, until the block ends."""
     ready, ready_to_write = os.pipe()
     command = [
         sys.executable,

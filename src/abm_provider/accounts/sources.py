@@ -19,7 +19,7 @@ from airflow.sdk import ObjectStoragePath
 from abm_provider.accounts.validation import MalformedRecord, SourceRow
 from abm_provider.common.arguments import check_choice
 from abm_provider.common.paths import as_storage_path, is_local
-from abm_provider.common.sql import sql_hook
+from abm_provider.warehouse.connections import sql_hook
 from abm_provider.warehouse.dialects import dialect_for
 from abm_provider.warehouse.schema import TableName
 

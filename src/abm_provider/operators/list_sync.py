@@ -29,7 +29,6 @@ from abm_provider.accounts.validation import MAX_BATCH_SIZE, AccountValidator
 from abm_provider.assets import warehouse_asset
 from abm_provider.common.arguments import check_choice, check_flag, check_id, parse_rendered
 from abm_provider.common.rejects import Limit, check_limit
-from abm_provider.common.sql import sql_hook
 from abm_provider.compat import AirflowFailException
 from abm_provider.operators.base import (
     AccountSourceOperator,
@@ -37,6 +36,7 @@ from abm_provider.operators.base import (
     check_known,
     is_deferred,
 )
+from abm_provider.warehouse.connections import sql_hook
 from abm_provider.warehouse.lineage import openlineage, table_input
 from abm_provider.warehouse.schema import TableName
 

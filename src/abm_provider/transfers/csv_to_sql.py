@@ -20,12 +20,12 @@ from airflow.sdk import Asset, BaseOperator, ObjectStoragePath
 from abm_provider.assets import warehouse_asset
 from abm_provider.common.arguments import check_choice, check_whole
 from abm_provider.common.rejects import Limit, check_limit, task_rejects_location
-from abm_provider.common.sql import sql_hook
 from abm_provider.compat import AirflowFailException
 from abm_provider.exports.execution_load import ExecutionLoad, LoadSettings
 from abm_provider.operators.base import check_known, fail_on_bad_argument, is_deferred
 from abm_provider.transfers.sources import UNLOADED, execution_of, source_meta
 from abm_provider.warehouse import METHODS, Method
+from abm_provider.warehouse.connections import sql_hook
 from abm_provider.warehouse.ledger import DEFAULT_LEDGER_TABLE
 from abm_provider.warehouse.lineage import LoadLineage
 from abm_provider.warehouse.load import ON_SCHEMA_CHANGES

@@ -152,9 +152,14 @@ class WarehouseLoader:
         current = d.table_columns(conn, cur, request.table)
         if current != existing:  # another load changed the table while this one staged
             plan = plan_columns(request, header, current)
-        self._prepare_ledger(conn, cur, request)
-        self._prepare_target(cur, request, plan)
+        changed = self._prepare_ledger(conn, cur, request)
+        changed = self._prepare_target(cur, request, plan) or changed
         result.columns_added = list(plan.to_add)
+        if changed and not d.capabilities.transactional_ddl:
+            # The DDL committed, and with it the lock: another load may have run in between.
+            self._lock(conn, cur, request.table, held)
+            if self._skip(conn, cur, request, incoming, result):
+                return
 
         loaded_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         self._replace(cur, request, plan, loaded_at, result)
@@ -287,16 +292,19 @@ class WarehouseLoader:
         )
         return str(row[2])
 
-    def _prepare_ledger(self, conn: Any, cur: Any, request: LoadRequest) -> None:
-        """Create the ledger, or add the columns an older version's ledger lacks (under the lock)."""
+    def _prepare_ledger(self, conn: Any, cur: Any, request: LoadRequest) -> bool:
+        """Create the ledger, or add the columns an older version's ledger lacks (under the lock);
+        whether it ran DDL."""
         d = self.dialect
         existing = d.table_columns(conn, cur, request.ledger)
         if existing is None:
             cur.execute(ledger.create_sql(d, request.ledger))
-            return
-        for name, sql_type in ledger.missing_columns(existing):
+            return True
+        missing = ledger.missing_columns(existing)
+        for name, sql_type in missing:
             cur.execute(ledger.add_column_sql(d, request.ledger, name, sql_type))
             self.log.warning("Added column %s %s to the load ledger %s", name, sql_type, request.ledger)
+        return bool(missing)
 
     def _write_ledger(
         self,
@@ -350,7 +358,8 @@ class WarehouseLoader:
 
     # ---- the replace step ----------------------------------------------------------------------
 
-    def _prepare_target(self, cur: Any, request: LoadRequest, plan: ColumnPlan) -> None:
+    def _prepare_target(self, cur: Any, request: LoadRequest, plan: ColumnPlan) -> bool:
+        """Create the table or add the file's new columns; whether it ran DDL."""
         d = self.dialect
         if not plan.table_exists:
             cur.execute(sql.create_table_sql(d, request, plan))
@@ -358,6 +367,7 @@ class WarehouseLoader:
         for name in plan.to_add:
             cur.execute(sql.add_column_sql(d, request, plan, name))
             self.log.warning("Added column %s %s to %s", name, d.column_type(plan.kinds[name]), request.table)
+        return not plan.table_exists or bool(plan.to_add)
 
     def _replace(
         self, cur: Any, request: LoadRequest, plan: ColumnPlan, loaded_at: dt.datetime, result: LoadResult
@@ -389,7 +399,7 @@ class WarehouseLoader:
             # during the insert costs more than the insert and the build together
             # (docs/performance.md, "Figures behind design choices"). The table is new in this
             # transaction, so nobody sees it without the index.
-            cur.execute(sql.key_index_sql(self.dialect, request))
+            self.dialect.create_key_index(cur, sql.key_index_sql(self.dialect, request))
 
     def delete_replaced(
         self, cur: Any, request: LoadRequest, plan: ColumnPlan, *, keep_newer: bool = False

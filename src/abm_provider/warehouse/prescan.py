@@ -28,7 +28,8 @@ from abm_provider.warehouse.records import UnreadableFile, read_header
 from abm_provider.warehouse.schema import Kind
 
 if TYPE_CHECKING:
-    from abm_provider.warehouse.load import StreamReader
+    from abm_provider.warehouse.checks import ColumnPlan
+    from abm_provider.warehouse.load import LoadRequest, StreamReader
 
 _FIRST_DAY = dt.date(1, 1, 1)
 #: Bytes Arrow reads per batch: small, because the pool keeps what it once held (RSS, not speed).
@@ -84,6 +85,25 @@ def count_if_all_pass(
     except (pa.ArrowException, OSError, ValueError, UnreadableFile):
         return None
     return records
+
+
+def prescan_file(
+    request: LoadRequest,
+    plan: ColumnPlan,
+    stop: threading.Event,
+    order: KeyOrder | None = None,
+    days: DaySet | None = None,
+) -> int | None:
+    """:func:`count_if_all_pass` over the load's file on disk, with its header, kinds and keys."""
+    return count_if_all_pass(
+        request.path, plan.header, dict(plan.kinds), request.key_columns, stop, order, days
+    )
+
+
+def day_set(request: LoadRequest, plan: ColumnPlan) -> DaySet | None:
+    """A :class:`DaySet` of the export's day column, when its type has one and the file holds it."""
+    day = request.export.day_column
+    return DaySet(day) if day is not None and day in plan.header else None
 
 
 class KeyOrder:

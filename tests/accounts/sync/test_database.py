@@ -28,7 +28,7 @@ from abm_provider.accounts.sync.database import (
     wait_for,
 )
 from abm_provider.accounts.sync.state import StateTables
-from abm_provider.common.sql import sql_hook
+from abm_provider.warehouse.connections import sql_hook
 from support.warehouses import Warehouse
 
 _WAIT = 60  # seconds an event may take before the test fails instead of hanging

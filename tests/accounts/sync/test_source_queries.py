@@ -239,7 +239,7 @@ def test_a_source_query_runs_as_written_and_plans_alike_in_the_warehouse_and_in_
     if warehouse.kind not in query.dialects:
         pytest.skip(f"{warehouse.kind} has no {query.name}")
     from abm_provider.accounts.sync.database import StateDatabase
-    from abm_provider.common.sql import sql_hook
+    from abm_provider.warehouse.connections import sql_hook
 
     rules_in_sql = StateDatabase(sql_hook(CONN_ID, "sql_conn_id")).dialect.has_rules_in_sql
     run_id = f"corpus {query.name}"

@@ -23,7 +23,7 @@ from abm_provider.accounts.sync.row_values import account_hash
 from abm_provider.accounts.sync.staging import Stager
 from abm_provider.accounts.sync.statements.staging import STAGE_COLUMNS, stage_columns_sql, staged_hash_sql
 from abm_provider.accounts.validation import AccountValidator
-from abm_provider.common.sql import sql_hook
+from abm_provider.warehouse.connections import sql_hook
 from abm_provider.warehouse.schema import TableName
 from support.warehouses import Warehouse
 

@@ -31,7 +31,7 @@ def test_every_registered_dialect_declares_its_capabilities_whole() -> None:
     print("\n" + " " * width + "  " + "  ".join(f"{name:>20}" for name, _ in rows))
     for field in names:
         print(f"{field:<{width}}  " + "  ".join(f"{str(caps[field]):>20}" for _, caps in rows))
-    assert {name for name, _ in rows} == {"duckdb", "postgres", "mysql", "generic"}
+    assert {name for name, _ in rows} == {"duckdb", "postgres", "mysql", "snowflake", "bigquery", "generic"}
     assert all(list(caps) == names for _, caps in rows)
 
 

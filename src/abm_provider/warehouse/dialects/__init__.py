@@ -37,6 +37,9 @@ DIALECTS: dict[str, str] = {
     "postgres": "abm_provider.warehouse.dialects.postgres.PostgresDialect",
     "postgresql": "abm_provider.warehouse.dialects.postgres.PostgresDialect",
     "mysql": "abm_provider.warehouse.dialects.mysql.MySQLDialect",
+    "snowflake": "abm_provider.warehouse.dialects.snowflake.SnowflakeDialect",
+    "google_cloud_platform": "abm_provider.warehouse.dialects.bigquery.BigQueryDialect",
+    "bigquery": "abm_provider.warehouse.dialects.bigquery.BigQueryDialect",
 }
 GENERIC = "abm_provider.warehouse.dialects.generic.GenericDialect"
 

@@ -283,6 +283,10 @@ class Dialect(ABC):
         except Exception:
             self.log.debug("close failed", exc_info=True)
 
+    def create_key_index(self, cur: Any, statement: str) -> None:
+        """Run ``statement``, the unique natural-key index of a table this load created."""
+        cur.execute(statement)
+
     def analyze(self, cur: Any, table_sql: str) -> None:  # noqa: B027 - optional
         """Refresh the planner's statistics of a table just filled (where the planner needs them)."""
 

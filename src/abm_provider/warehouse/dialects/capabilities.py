@@ -65,6 +65,11 @@ class Capabilities:
     #: Whether ``DELETE t FROM t JOIN s ON ...`` is understood, and the better form: the list sync
     #: deletes members by a join with the plan there, and with ``EXISTS`` elsewhere.
     delete_using_join: bool
+    #: Whether ``CREATE TABLE`` and ``ALTER TABLE`` roll back with the transaction they ran in. Where
+    #: they do not (MySQL, Snowflake, BigQuery), DDL commits what came before it, and with it a lock
+    #: the transaction held: the load takes its lock again after creating or widening a table, and
+    #: asks the ledger again.
+    transactional_ddl: bool
 
     def described(self) -> dict[str, object]:
         """The record as ``{field: value}``, in declaration order (for logs and the docs' table)."""

@@ -43,7 +43,7 @@ from abm_provider.warehouse.dialects.base import Staged
 from abm_provider.warehouse.dialects.capabilities import Capabilities
 from abm_provider.warehouse.dialects.generic import GenericDialect
 from abm_provider.warehouse.dialects.options import NoOptions
-from abm_provider.warehouse.prescan import KeyOrder, count_if_all_pass
+from abm_provider.warehouse.prescan import KeyOrder, prescan_file
 from abm_provider.warehouse.schema import STAGE_TABLE, Kind, TableName
 
 if TYPE_CHECKING:
@@ -85,6 +85,7 @@ class MySQLDialect(GenericDialect):
         multi_statement_transactions=True,  # for DML: DDL commits by itself
         # A join lets the server start from the few plan rows; MariaDB runs EXISTS once per member.
         delete_using_join=True,
+        transactional_ddl=False,
     )
     current_schema_sql = "DATABASE()"
 
@@ -239,11 +240,8 @@ class MySQLDialect(GenericDialect):
         )
         stop = threading.Event()
         order = KeyOrder()
-        kinds = dict(plan.kinds)
         with ThreadPoolExecutor(1, thread_name_prefix="abm-prescan") as pool:
-            prescan = pool.submit(
-                count_if_all_pass, request.path, plan.header, kinds, request.key_columns, stop, order
-            )
+            prescan = pool.submit(prescan_file, request, plan, stop, order)
             try:
                 cur.execute(sql, [str(request.path)])
             except Exception as exc:

@@ -48,7 +48,7 @@ from abm_provider.warehouse.dialects.base import Filled, NewTable, Staged, lock_
 from abm_provider.warehouse.dialects.capabilities import Capabilities
 from abm_provider.warehouse.dialects.options import NoOptions
 from abm_provider.warehouse.dialects.postgres_copy import Copied, IterFile, scan_stream
-from abm_provider.warehouse.prescan import DaySet, KeyOrder, count_if_all_pass
+from abm_provider.warehouse.prescan import KeyOrder, day_set, prescan_file
 from abm_provider.warehouse.records import iter_records
 from abm_provider.warehouse.rules_sql import SqlValidated
 from abm_provider.warehouse.schema import EXECUTION_ID_COLUMN, LOADED_AT_COLUMN, STAGE_TABLE, Kind, TableName
@@ -91,6 +91,7 @@ class PostgresDialect(SqlValidated):
         multi_statement_transactions=True,
         # PostgreSQL spells it DELETE ... USING, and plans EXISTS as the same join.
         delete_using_join=False,
+        transactional_ddl=True,
     )
     text_type_codes = frozenset({"25", "1043"})  # text, varchar (psycopg and psycopg2 give the type's OID)
 
@@ -287,24 +288,14 @@ class PostgresDialect(SqlValidated):
         """
         stop = threading.Event()
         order = KeyOrder()
-        day = request.export.day_column
-        days = DaySet(day) if day is not None and day in plan.header else None
+        days = day_set(request, plan)
         readers = incoming.arriving_readers()
         with ThreadPoolExecutor(1, thread_name_prefix="abm-prescan") as pool:
             if readers:
                 data, beside = readers
                 prescan = pool.submit(scan_stream, beside, plan, request.key_columns, stop, order, days)
             else:
-                prescan = pool.submit(
-                    count_if_all_pass,
-                    request.path,
-                    plan.header,
-                    dict(plan.kinds),
-                    request.key_columns,
-                    stop,
-                    order,
-                    days,
-                )
+                prescan = pool.submit(prescan_file, request, plan, stop, order, days)
             try:
                 if readers:
                     rows = self._copy(cur, sql, _progress(data.chunks(), request.size, self.log))

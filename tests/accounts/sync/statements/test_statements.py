@@ -188,7 +188,14 @@ def test_each_statement_renders_for_every_registered_dialect_with_its_values_bou
 
 def test_the_dialects_declared_style_is_the_one_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     styles = {_dialect(path).name: param_style(_dialect(path)) for path in REGISTERED}
-    assert styles == {"duckdb": "qmark", "postgres": "format", "mysql": "format", "generic": "format"}
+    assert styles == {
+        "duckdb": "qmark",
+        "postgres": "format",
+        "mysql": "format",
+        "snowflake": "format",
+        "bigquery": "qmark",
+        "generic": "format",
+    }
     qmark = GenericDialect(None)
     qmark.placeholder = "?"
     assert param_style(qmark) == "qmark"
