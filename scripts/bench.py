@@ -17,8 +17,9 @@ Six sections, each against a real emulator process on free loopback ports (issue
 5. ``sync``: ``AccountListSyncOperator`` keeping a list in step with a 1,000,000-row table, state tables
    beside it (DuckDB, then PostgreSQL): the first run into an empty list, then, after 1% of the rows
    changed (half left, as many new ones joined), the second run; time and peak RSS of each side by side.
-6. ``cloud``: a 100 MiB export loaded into Snowflake (fakesnow) by its bulk path and by the generic
-   ``executemany`` path, each into an empty database: the ratio of the two.
+6. ``cloud``: a 100 MiB export loaded into Snowflake (fakesnow) and into BigQuery (bqemulator), each by
+   its bulk path and by the generic ``executemany`` path, each into an empty database or dataset: the
+   ratio of the two per warehouse.
 
 Every measured case runs in its own child process (``scripts/bench_cases.py``) so that its peak RSS
 (``VmHWM``) and CPU time are its own, and each figure is the median of ``--runs`` runs, the pairs
@@ -1123,8 +1124,9 @@ class SyncSection:
 
 # ---------------------------------------------------------------------------------------- section 6
 # Each cloud warehouse's bulk path against the generic path, on its emulator, on one export file: the
-# warehouse's own dialect (Snowflake: Parquet PUT and COPY INTO) and the generic executemany path, each
-# into an empty database in a fresh process. Only the ratio means anything: an emulator's absolute
+# warehouse's own dialect (Snowflake: Parquet PUT and COPY INTO; BigQuery: Parquet load jobs) and the
+# generic executemany path (on BigQuery a job per batch of rows), each into an empty database or
+# dataset in a fresh process. Only the ratio means anything: an emulator's absolute
 # speed says nothing about the service. The emulator is started as the tests start it.
 
 
@@ -1143,7 +1145,7 @@ def cloud_support() -> Any:
 
 
 class CloudSection:
-    """Section 6: Snowflake's bulk path vs the generic path on fakesnow, on one export file."""
+    """Section 6: each cloud warehouse's bulk path vs the generic path on its emulator, on one export file."""
 
     def __init__(self, bench: Bench) -> None:
         self.bench = bench
@@ -1166,34 +1168,72 @@ class CloudSection:
         return target
 
     def run(self) -> None:
+        """Each warehouse in turn; one that fails is reported and the next still runs."""
         path = self.export_file()
+        failures = []
+        for warehouse, measure in (("snowflake", self.snowflake), ("bigquery", self.bigquery)):
+            try:
+                self.report(warehouse, path.stat().st_size, measure(path))
+            except Exception as exc:
+                print(f"\ncloud: {warehouse} FAILED:\n{exc}\n", file=sys.stderr, flush=True)
+                failures.append(f"{warehouse}: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}")
+        if failures:
+            raise RuntimeError("; ".join(failures))
+
+    def snowflake(self, path: Path) -> dict[str, dict[str, Any]]:
         cloud = cloud_support()
         folder = self.bench.work / "fakesnow"
         folder.mkdir(exist_ok=True)
         with cloud.running_fakesnow(folder) as server:
-            runs = self.compare(
+            return self.compare(
                 "snowflake",
                 path,
                 server.client_env(),
-                lambda: server.connection(f"ABM_BENCH_{uuid.uuid4().hex[:8].upper()}"),
+                lambda: (
+                    server.connection(f"ABM_BENCH_{uuid.uuid4().hex[:8].upper()}"),
+                    bench_cases.PROVIDER_TABLE,
+                ),
             )
-        self.report("snowflake", path.stat().st_size, runs)
+
+    def bigquery(self, path: Path) -> dict[str, dict[str, Any]]:
+        """bqemulator, each path into a new dataset of its own (the loader creates tables, not datasets)."""
+        cloud = cloud_support()
+        folder = self.bench.work / "bqemulator"
+        folder.mkdir(exist_ok=True)
+        with cloud.running_bqemulator(folder) as server:
+            client = server.client()
+
+            def new_dataset() -> tuple[dict[str, Any], str]:
+                dataset = f"abm_bench_{uuid.uuid4().hex[:8]}"
+                client.create_dataset(dataset)
+                return server.connection(), f"{dataset}.{bench_cases.PROVIDER_TABLE}"
+
+            try:
+                return self.compare(
+                    "bigquery", path, {"BIGQUERY_EMULATOR_HOST": server.rest_url}, new_dataset
+                )
+            finally:
+                client.close()
 
     def compare(
-        self, warehouse: str, path: Path, env: dict[str, str], connection: Callable[[], dict[str, Any]]
+        self,
+        warehouse: str,
+        path: Path,
+        env: dict[str, str],
+        target: Callable[[], tuple[dict[str, Any], str]],
     ) -> dict[str, dict[str, Any]]:
-        """Each path's load of ``path``, each into a new database (``connection()``), with ``env`` set
-        for the case processes."""
+        """Each path's load of ``path``, each into a new database or dataset (``target()``: the
+        connection and the table), with ``env`` set for the case processes."""
         runs: dict[str, dict[str, Any]] = {}
         saved = dict(self.bench.env)
         self.bench.env.update(env)
         try:
             for method in CLOUD_METHODS:
-                self.bench.set_conn("bench_cloud", connection())
+                connection, table = target()
+                self.bench.set_conn("bench_cloud", connection)
                 log(f"cloud: {warehouse}, {method} path")
-                runs[method] = self.bench.run_case(
-                    "cloud_load", {"conn_id": "bench_cloud", "path": str(path), "method": method}
-                )
+                params = {"conn_id": "bench_cloud", "path": str(path), "method": method, "table": table}
+                runs[method] = self.bench.run_case("cloud_load", params)
         finally:
             self.bench.env.clear()
             self.bench.env.update(saved)

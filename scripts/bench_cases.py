@@ -508,7 +508,8 @@ def account_list_sync(p: Params) -> Params:
 
 
 def cloud_load(p: Params) -> Params:
-    """One load of a local export file into an empty cloud warehouse (an emulator), by ``method``.
+    """One load of a local export file into an empty cloud warehouse (an emulator), by ``method``,
+    into ``table`` (``bench_provider`` when not given; BigQuery's is ``dataset.bench_provider``).
 
     The Snowflake connector retries an emulator's HTTP 500 until its network timeout, by default
     for ever: it is bounded here as the tests bound it.
@@ -532,7 +533,11 @@ def cloud_load(p: Params) -> Params:
         "export_type": "TACTIC_PERFORMANCE",
     }
     op = ExecutionCsvToSqlOperator(
-        task_id="load", source=source, sql_conn_id=p["conn_id"], table=PROVIDER_TABLE, method=p["method"]
+        task_id="load",
+        source=source,
+        sql_conn_id=p["conn_id"],
+        table=p.get("table", PROVIDER_TABLE),
+        method=p["method"],
     )
     started = time.perf_counter()
     out = op.execute(task_context("load"))

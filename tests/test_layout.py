@@ -41,6 +41,8 @@ EXCEPTIONS: dict[str, str] = {
     "accounts/sync/statements/plan.py": _STATEMENTS,
     "accounts/sync/statements/recording.py": _STATEMENTS,
     "accounts/sync/statements/runs.py": _STATEMENTS,
+    "accounts/sync/statements/locks.py": "the lock rows of a sync on Snowflake and BigQuery: taken, refused "
+    "naming the holder, taken over when stale and deleted, by tests/accounts/sync/test_lock_rows.py",
     "accounts/sync/statements/staging.py": _STATEMENTS + "; tests/accounts/sync/test_staging.py stages rows",
     "exports/pipe.py": "the bounded pipe between a download and its readers, tested with them in "
     "tests/exports/test_stream.py",

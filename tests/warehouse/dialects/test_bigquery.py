@@ -74,6 +74,12 @@ class Reader:
         )
         return self.fetchall()
 
+    def stage_inserts(self) -> int:
+        """How many query jobs the emulator has run that insert into a stage named ``_abm_stage``."""
+        return sum(
+            "INTO _abm_stage" in (getattr(job, "query", None) or "") for job in self.client.list_jobs()
+        )
+
     def stage_datasets(self) -> list[str]:
         return [
             d.dataset_id for d in self.client.list_datasets() if d.dataset_id.startswith(STAGE_DATASET_PREFIX)
@@ -240,7 +246,8 @@ def test_the_sql_is_spelled_for_bigquery() -> None:
     assert d.param("TEXT") == "CAST(? AS STRING)"
     assert d.text_param() == "CAST(? AS STRING)"
     assert d.matches_sql("`c`", "[0-9]+") == "REGEXP_CONTAINS(`c`, r'^([0-9]+)$')"
-    assert d.growing_key_sql(["a", "b"]) == ", PRIMARY KEY (a, b) NOT ENFORCED"
+    assert d.growing_key_sql(["a", "b"]) == ""  # BigQuery's keys are NOT ENFORCED: nothing to declare
+    assert d.md5_sql(["a", "b"]) == "TO_HEX(MD5(a || CHR(31) || b))"
 
 
 def request_for(target: BigQueryTarget, path: Path, execution: str, updated: dt.datetime) -> LoadRequest:
@@ -336,3 +343,41 @@ def test_two_loads_at_once_stage_apart_and_each_stage_goes_with_its_load(
     for conn in conns:
         dialect.close(conn)
     assert bq.stage_datasets() == []
+
+
+def test_the_generic_path_loads_through_the_session_in_batches_and_a_rerun_is_skipped(
+    bigquery_connection: BigQueryTarget, bq: Reader, tmp_path: Path
+) -> None:
+    """``method="generic"``: rows staged by ``executemany`` into a session temporary table (a job per
+    batch), the replace in one transaction opened by its first change (see ``bigquery_session``)."""
+    staged = bq.stage_inserts()
+    first = load(bigquery_connection, write_export(tmp_path / "first.csv", FIRST), "exec-1", method="generic")
+    assert (first["rows_loaded"], first["method"]) == (len(FIRST), "generic_executemany")
+    assert bq.stage_inserts() == staged + 1  # one job for the file's rows, not one per row
+    second = load(
+        bigquery_connection, write_export(tmp_path / "second.csv", SECOND), "exec-2", method="generic"
+    )
+    restated = [r for r in FIRST if r["date"] >= "2026-10-02"]
+    assert (second["rows_loaded"], second["rows_replaced"]) == (len(SECOND), len(restated))
+    want = expected("TACTIC_PERFORMANCE", FIRST, SECOND)
+    assert bq.contents() == want
+
+    again = load(bigquery_connection, tmp_path / "second.csv", "exec-2", method="generic")
+    assert again["skipped"] is True
+    assert bq.contents() == want
+    assert bq.ledger() == [
+        ("exec-1", len(FIRST), 0, 0, "generic_executemany"),
+        ("exec-2", len(SECOND), len(restated), 0, "generic_executemany"),
+    ]
+
+
+def test_the_generic_path_sets_bad_records_aside_before_staging(
+    bigquery_connection: BigQueryTarget, bq: Reader, tmp_path: Path
+) -> None:
+    lines = [csv_record(FIRST[0]), csv_record(FIRST[1], clicks="12x"), csv_record(FIRST[2], spend="")]
+    path = tmp_path / "bad.csv"
+    path.write_text("\n".join([",".join(TACTIC_COLUMNS), *lines]) + "\n", encoding="utf-8")
+    out = load(bigquery_connection, path, "exec-1", method="generic", max_rejected=1)
+    rejects = {int(r["record"]): r["reason"] for r in read_rejects(Path(out["rejects_path"]))}
+    assert rejects == {2: "column clicks: expected an integer, got 12x"}
+    assert bq.contents() == expected("TACTIC_PERFORMANCE", [FIRST[0], dict(FIRST[2], spend="")])

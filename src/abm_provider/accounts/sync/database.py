@@ -8,7 +8,10 @@ A sync takes its lock where the database has one a session keeps across transact
 advisory lock, MySQL's ``GET_LOCK``); it dies with the connection, so a killed task cannot leave it
 behind. Where the database does not name the holder's run, or has no such lock (DuckDB, whose file is
 the lock between processes, and any other database), a lock table of this process stands in
-(:data:`_IN_PROCESS_LOCKS`) and names the run.
+(:data:`_IN_PROCESS_LOCKS`) and names the run. Where several processes write a database without
+session locks (Snowflake, BigQuery), the lock is a row of ``<prefix>locks`` besides
+(:mod:`~abm_provider.accounts.sync.statements.locks`): it cannot die with the connection, so its holder
+refreshes it as it commits, and a row left unrefreshed for :data:`LOCK_ROW_STALE_AFTER` is taken over.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any
 
 from airflow.providers.common.sql.hooks.sql import DbApiHook
 
-from abm_provider.accounts.sync.state import StateTables, TableSql
+from abm_provider.accounts.sync.state import StateTables, TableSql, utc_now
+from abm_provider.accounts.sync.statements import locks
 from abm_provider.accounts.sync.statements.binding import Sql, param_style
 from abm_provider.accounts.sync.statements.tables import StateSql
 from abm_provider.warehouse.dialects import Dialect, dialect_for
@@ -41,6 +45,13 @@ log = logging.getLogger(__name__)
 LOCK_POLL_INTERVAL = 1.0
 #: How a session holding a sync lock is labelled where the database keeps a label; the run id follows.
 _LABEL_PREFIX = "abm_sync "
+#: A lock row not refreshed for this long is a run that died (a killed worker cannot delete it): the next
+#: run takes it over. Its holder refreshes it at each commit, at most every :data:`LOCK_ROW_BEAT`.
+LOCK_ROW_STALE_AFTER = timedelta(minutes=30)
+LOCK_ROW_BEAT = timedelta(minutes=1)
+#: Tries of the transaction that takes a lock row, when the database aborts it for a concurrent one
+#: (BigQuery aborts one of two transactions writing a table, whichever lists they are for).
+LOCK_ROW_TRIES = 3
 #: A DuckDB state database holds at most this much in memory and spills the rest to disk, so a sync's
 #: peak memory stays flat whatever the list's size; a ``memory_limit`` the connection sets wins.
 _STATE_OPTIONS = {"memory_limit": "80MB"}
@@ -138,6 +149,9 @@ class StateDatabase:
         self.conn: Any = self._connect(lock_timeout)
         self.cur: Any = self.dialect.cursor(self.conn)
         self._own_locks: dict[str, LockHolder] = {}
+        #: The lock rows this connection holds: key -> (table, run id), and when they were last refreshed.
+        self._rows: dict[str, tuple[str, str]] = {}
+        self._beaten = datetime.min
 
     def _connect(self, lock_timeout: float) -> Any:
         opened: list[Any] = []
@@ -200,12 +214,18 @@ class StateDatabase:
             for statement in statements:
                 self.execute(statement)
 
-    def try_lock(self, key: str, run_id: str) -> LockHolder | None:
-        """Take the sync lock ``key`` for this connection without waiting.
+    def try_lock(self, key: str, run_id: str, rows: str | None = None) -> LockHolder | None:
+        """Take the sync lock ``key`` for this connection without waiting; ``rows``: the lock rows' table
+        (as SQL), where the lock is a row (:func:`~abm_provider.accounts.sync.state.uses_lock_rows`).
 
         :return: ``None`` when this connection now holds it, else who holds it.
         """
         dialect = self.dialect
+        if rows is not None:
+            holder = self._take_in_process(key, run_id) or self._take_row(rows, key, run_id)
+            if holder is not None:
+                self._release_in_process(key)
+            return holder
         if not dialect.capabilities.names_lock_holder:
             # This process's table names the run; it is all there is without a session lock.
             holder = self._take_in_process(key, run_id)
@@ -222,8 +242,71 @@ class StateDatabase:
         run = label[len(_LABEL_PREFIX) :] if label and label.startswith(_LABEL_PREFIX) else None
         return LockHolder(run or None, since, pid)
 
+    def _take_row(self, table: str, key: str, run_id: str) -> LockHolder | None:
+        """Write this run's lock row unless the list has a live one; ``None`` when it is this run's."""
+        timestamp = self.dialect.type_sql("TIMESTAMP")
+        for attempt in range(1, LOCK_ROW_TRIES + 1):
+            now = utc_now()
+            try:
+                with self.transaction():
+                    self.execute(locks.clear(table, key, run_id, now - LOCK_ROW_STALE_AFTER, timestamp))
+                    self.execute(locks.take(table, key, run_id, now, timestamp))
+                break
+            except Exception as err:  # aborted for a concurrent transaction on the table
+                log.info(
+                    "Taking the lock row of %s failed (try %d of %d): %s", key, attempt, LOCK_ROW_TRIES, err
+                )
+                if attempt == LOCK_ROW_TRIES:
+                    return LockHolder(None, None, None)
+        found = self.rows(locks.holders(table, key))
+        if found and found[0][0] == run_id:
+            self._rows[key] = (table, run_id)
+            self._beaten = datetime.now(UTC)
+            return None
+        if any(row[0] == run_id for row in found):  # two rows got in: the older one holds
+            self.unlock_row(key, table, run_id)
+        return LockHolder(str(found[0][0]), found[0][1], None) if found else LockHolder(None, None, None)
+
+    def _beat(self) -> None:
+        """Refresh this connection's lock rows, at most every :data:`LOCK_ROW_BEAT`, each in its own
+        transaction (a failure is logged: the next commit tries again)."""
+        now = datetime.now(UTC)
+        if not self._rows or now - self._beaten < LOCK_ROW_BEAT:
+            return
+        self._beaten = now
+        timestamp = self.dialect.type_sql("TIMESTAMP")
+        for key, (table, run_id) in list(self._rows.items()):
+            try:
+                with self.transaction(beat=False):
+                    self.execute(locks.beat(table, key, run_id, utc_now(), timestamp))
+            except Exception as err:
+                log.warning(
+                    "Could not refresh the lock row of %s (%s); the next commit tries again", key, err
+                )
+
+    def unlock_row(self, key: str, table: str, run_id: str) -> None:
+        """Delete this run's lock row of ``key``; a failure is logged (the row goes stale: taken over)."""
+        self._rows.pop(key, None)
+        try:
+            with suppress(Exception):
+                self.conn.rollback()
+            with self.transaction(beat=False):
+                self.execute(locks.release(table, key, run_id))
+        except Exception as err:
+            log.warning(
+                "Could not delete the lock row of %s (%s): the next run takes it over after %s",
+                key,
+                err,
+                LOCK_ROW_STALE_AFTER,
+            )
+
     def unlock(self, key: str) -> None:
         """Release the sync lock ``key``; when that fails, close the connection, which releases it too."""
+        if key in self._rows:
+            self._release_in_process(key)
+            table, run_id = self._rows[key]
+            self.unlock_row(key, table, run_id)
+            return
         mine = key in self._own_locks or self.dialect.capabilities.names_lock_holder
         self._release_in_process(key)
         if not (mine and self.dialect.capabilities.session_locks):
@@ -322,8 +405,9 @@ class StateDatabase:
                 self.dialect.analyze(self.cur, table)
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
-        """Everything inside commits together, or is rolled back when it raises."""
+    def transaction(self, *, beat: bool = True) -> Iterator[None]:
+        """Everything inside commits together, or is rolled back when it raises. ``beat``: then refresh
+        the lock rows this connection holds, when they are due."""
         self.dialect.begin_transaction(self.cur)
         try:
             yield
@@ -332,6 +416,8 @@ class StateDatabase:
                 self.conn.rollback()
             raise
         self.conn.commit()
+        if beat:
+            self._beat()
 
     def stage(self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
         """Append rows to ``table`` by the database's bulk path."""

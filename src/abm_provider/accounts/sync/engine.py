@@ -39,7 +39,7 @@ from abm_provider.accounts.sync.options import MODES, SyncOptions, check_options
 from abm_provider.accounts.sync.plan import Planner
 from abm_provider.accounts.sync.recording import Recorder
 from abm_provider.accounts.sync.sending import PlannedRun, Sender, unfinished_runs
-from abm_provider.accounts.sync.state import utc_now
+from abm_provider.accounts.sync.state import uses_lock_rows, utc_now
 from abm_provider.accounts.sync.summary import check_drift, member_count, read_summary
 from abm_provider.common.arguments import check_choice
 from abm_provider.common.rejects import check_limit
@@ -90,7 +90,9 @@ class ListSync:
         self.db.create_tables(self.tables.create_sql(self.db.dialect), self.tables.lock_key())
         key = self.tables.lock_key(self.options.list_id)
         options = self.options
-        hold_list_lock(self.db, key, options.list_id, options.run_id, options.lock_timeout, self.log)
+        dialect = self.db.dialect
+        rows = dialect.table_sql(self.tables.locks) if uses_lock_rows(dialect) else None
+        hold_list_lock(self.db, key, options.list_id, options.run_id, options.lock_timeout, self.log, rows)
         try:
             return self._run(source)
         finally:

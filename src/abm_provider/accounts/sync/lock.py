@@ -11,7 +11,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from abm_provider.accounts.sync.database import LockHolder, StateDatabase, StateFileLocked, wait_for
+from abm_provider.accounts.sync.database import (
+    LOCK_ROW_STALE_AFTER,
+    LockHolder,
+    StateDatabase,
+    StateFileLocked,
+    wait_for,
+)
 from abm_provider.common.arguments import check_number, parse_rendered
 from abm_provider.exceptions import SyncAlreadyRunning
 
@@ -42,16 +48,23 @@ def open_state(hook: DbApiHook, list_id: str, run_id: str, lock_timeout: float) 
 
 
 def hold_list_lock(
-    db: StateDatabase, key: str, list_id: str, run_id: str, lock_timeout: float, log: logging.Logger | Any
+    db: StateDatabase,
+    key: str,
+    list_id: str,
+    run_id: str,
+    lock_timeout: float,
+    log: logging.Logger | Any,
+    rows: str | None = None,
 ) -> None:
-    """Hold the list's lock ``key``, waiting up to ``lock_timeout`` seconds for another sync to end.
+    """Hold the list's lock ``key``, waiting up to ``lock_timeout`` seconds for another sync to end;
+    ``rows``: the lock rows' table, where the lock is a row.
 
     :raises SyncAlreadyRunning: another sync still had it when the time was up, named in the message.
     """
     holders: list[LockHolder] = []
 
     def attempt() -> bool:
-        holder = db.try_lock(key, run_id)
+        holder = db.try_lock(key, run_id, rows)
         if holder is None:
             return True
         if not holders and lock_timeout > 0:
@@ -71,13 +84,21 @@ def hold_list_lock(
         )
     if holders:
         log.info("The other sync of list %s ended; this run goes on", list_id)
-    _say_which_lock(db, list_id, log)
+    _say_which_lock(db, list_id, log, rows)
 
 
-def _say_which_lock(db: StateDatabase, list_id: str, log: logging.Logger | Any) -> None:
+def _say_which_lock(db: StateDatabase, list_id: str, log: logging.Logger | Any, rows: str | None) -> None:
     """Log which lock keeps this run of the list alone, as the state database's dialect declares it."""
     dialect = db.dialect
-    if dialect.capabilities.session_locks:
+    if rows is not None:
+        log.info(
+            "List %s's lock is a row of %s, across processes; a run that stops without deleting it is "
+            "taken over once it has not been refreshed for %s",
+            list_id,
+            rows,
+            LOCK_ROW_STALE_AFTER,
+        )
+    elif dialect.capabilities.session_locks:
         log.info(
             "List %s's lock is a session lock of the %s database, across processes", list_id, dialect.name
         )

@@ -21,7 +21,9 @@ value is passed as a bind parameter; only the identifiers, checked as plain name
 SQL text.
 
 A sync holds a lock per list while it runs (see :meth:`StateTables.lock_key`), so two syncs of one
-list never plan or record over each other.
+list never plan or record over each other. Where the database has no lock a session keeps across its
+transactions (Snowflake, BigQuery), that lock is a row of a sixth table, ``<prefix>locks``
+(:func:`uses_lock_rows`), created with the others there only.
 """
 
 from __future__ import annotations
@@ -98,6 +100,13 @@ RUN_COUNTS = (
 )
 
 
+def uses_lock_rows(dialect: Dialect) -> bool:
+    """Whether the sync's lock on this database is a row of ``<prefix>locks``: it has no session lock,
+    more than one process writes it, and a row written in a transaction keeps a second writer out."""
+    caps = dialect.capabilities
+    return caps.lock_rows and not caps.session_locks and caps.table_lock != "process"
+
+
 def check_run_counts(names: Iterable[str]) -> None:
     """Refuse a name that is not one of the runs table's :data:`RUN_COUNTS`: the statements that write
     counts by name put the names into their SQL text."""
@@ -153,6 +162,11 @@ class StateTables:
         tables = (self.members, self.plan, self.rejects, self.runs, self.log)
         return TableSql(*(dialect.table_sql(t) for t in tables))
 
+    @property
+    def locks(self) -> TableName:
+        """The lock rows' table, ``<prefix>locks``, beside the others (:func:`uses_lock_rows`)."""
+        return TableName(self.members.schema, self.members.name.removesuffix("members") + "locks")
+
     def lock_key(self, list_id: str | None = None) -> str:
         """The name of the lock of one list's sync on these tables, or of creating them (no ``list_id``).
 
@@ -194,4 +208,13 @@ class StateTables:
             f"CREATE TABLE IF NOT EXISTS {dialect.table_sql(self.log)} (list_id {key}, run_id {key}, "
             f"action {action}, outcome {word}, account_id {text}, crm_org_id {text}, reason {long_text}, "
             f"record BIGINT, logged_at {at} NOT NULL{dialect.key_index_sql(['list_id', 'run_id'])})",
+            *(
+                [
+                    f"CREATE TABLE IF NOT EXISTS {dialect.table_sql(self.locks)} "
+                    f"(lock_key {long_text} NOT NULL, run_id {key}, taken_at {at} NOT NULL, "
+                    f"heartbeat_at {at} NOT NULL)"
+                ]
+                if uses_lock_rows(dialect)
+                else []
+            ),
         ]

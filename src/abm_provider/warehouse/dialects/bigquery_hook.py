@@ -5,6 +5,8 @@ Why: the loader and the list sync take any common-sql ``DbApiHook``. The Google 
 not honour ``BIGQUERY_EMULATOR_HOST``. This hook reads the same connection the same way (its extras
 below) and its :meth:`BigQueryLoadHook.get_conn` gives a :class:`~.bigquery_session.SessionConnection`:
 every statement of a load runs as a query job in one BigQuery session, so a transaction can span them.
+Names are quoted in backquotes (``escape_word_format``), as BigQuery reads a double-quoted word as a
+string: the generic load path quotes as the hook says.
 
 Credentials, from the connection's extras, each also accepted with the Google provider's older
 ``extra__google_cloud_platform__`` prefix:
@@ -115,7 +117,7 @@ def session_connection_for(hook: Any) -> SessionConnection:
     here: the provider is not installed in this repository's environments.
     """
     if isinstance(hook, BigQueryLoadHook):
-        return hook.get_conn()
+        return hook.session()
     credentials, project = hook.get_credentials_and_project_id()
     project = getattr(hook, "project_id", None) or project
     location = getattr(hook, "location", None)
@@ -142,15 +144,33 @@ class BigQueryLoadHook(DbApiHook):
         super().__init__(*args, **kwargs)
         self.location = location
 
+    @property
+    def escape_word_format(self) -> str:
+        """BigQuery quotes a name in backquotes (a double-quoted word is a string there); the
+        connection's extra ``escape_word_format`` may say otherwise, as common-sql reads it."""
+        given: str | None = self.__dict__.get("_escape_word_format")  # common-sql's, from the hook's kwargs
+        if given is None:
+            given = str(self.connection_extra.get("escape_word_format", "`{}`"))
+            self.__dict__["_escape_word_format"] = given
+        return given
+
     def get_credentials_and_project_id(self) -> tuple[Any, str | None]:
         """The connection's credentials and project (the Google provider's hooks have the same method)."""
         return credentials_and_project(self.get_connection(self.get_conn_id()).extra_dejson)
 
     def get_conn(self) -> SessionConnection:
+        """A session as PEP 249 wants a connection: the first change to a table opens a transaction,
+        which ``commit`` ends (common-sql's ``run``, the generic load path)."""
+        return self.session(implicit_transactions=True)
+
+    def session(self, *, implicit_transactions: bool = False) -> SessionConnection:
+        """A new session; without ``implicit_transactions`` each statement commits by itself outside
+        ``begin()`` and ``commit()`` (the BigQuery dialect opens its transactions itself)."""
         extras = self.get_connection(self.get_conn_id()).extra_dejson
         credentials, project = credentials_and_project(extras)
         location = self.location or extra_field(extras, "location")
-        return SessionConnection(bigquery_client(credentials, project, location), location=location)
+        client = bigquery_client(credentials, project, location)
+        return SessionConnection(client, location=location, implicit_transactions=implicit_transactions)
 
     def get_uri(self) -> str:
         raise NotImplementedError("a BigQuery connection has no SQLAlchemy URI here")

@@ -70,6 +70,11 @@ class Capabilities:
     #: the transaction held: the load takes its lock again after creating or widening a table, and
     #: asks the ledger again.
     transactional_ddl: bool
+    #: Whether a row written in a transaction keeps a second writer of its table out until the commit:
+    #: the other transaction waits (Snowflake, PostgreSQL, MySQL) or is aborted (BigQuery, DuckDB).
+    #: Where the database has no session lock and more than one process writes it, the list sync's
+    #: one run per list is then a row of its ``<prefix>locks`` table.
+    lock_rows: bool
 
     def described(self) -> dict[str, object]:
         """The record as ``{field: value}``, in declaration order (for logs and the docs' table)."""

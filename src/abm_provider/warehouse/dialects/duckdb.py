@@ -119,6 +119,7 @@ class DuckDBDialect(SqlValidated):
         multi_statement_transactions=True,
         delete_using_join=False,
         transactional_ddl=True,
+        lock_rows=True,
     )
     lineage_schema = "main"  # common-sql's default answers "public", which DuckDB does not have
     catalog_where = "table_catalog = current_database() AND "

@@ -66,6 +66,7 @@ class GenericDialect(Dialect):
         multi_statement_transactions=True,
         delete_using_join=False,
         transactional_ddl=True,
+        lock_rows=False,  # any DB-API database: nothing is known of its locking
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

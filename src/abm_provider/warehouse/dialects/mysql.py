@@ -86,6 +86,7 @@ class MySQLDialect(GenericDialect):
         # A join lets the server start from the few plan rows; MariaDB runs EXISTS once per member.
         delete_using_join=True,
         transactional_ddl=False,
+        lock_rows=True,
     )
     current_schema_sql = "DATABASE()"
 

@@ -92,6 +92,7 @@ class PostgresDialect(SqlValidated):
         # PostgreSQL spells it DELETE ... USING, and plans EXISTS as the same join.
         delete_using_join=False,
         transactional_ddl=True,
+        lock_rows=True,
     )
     text_type_codes = frozenset({"25", "1043"})  # text, varchar (psycopg and psycopg2 give the type's OID)
 

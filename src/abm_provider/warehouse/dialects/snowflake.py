@@ -75,6 +75,7 @@ class SnowflakeDialect(SqlValidated):
         multi_statement_transactions=True,  # for DML: DDL commits by itself
         delete_using_join=False,
         transactional_ddl=False,
+        lock_rows=True,
     )
     text_type_codes = _TEXT_CODES
     current_schema_sql = "CURRENT_SCHEMA()"

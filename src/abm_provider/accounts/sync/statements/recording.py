@@ -126,12 +126,14 @@ def delete_members(
     By a join with the plan where the dialect declares ``delete_using_join`` (the server starts from
     the few plan rows), else by ``EXISTS``.
     """
-    listed = state.sql("{members}.list_id = {list_id}", list_id=list_id)
+    # The members table goes by an alias: BigQuery names a column by its table's last part, never by
+    # its dataset-qualified name.
+    listed = sql("m.list_id = {list_id}", list_id=list_id)
     match = (
-        state.sql(
-            "p.list_id = {members}.list_id AND p.run_id = {run_id} AND p.action = {action} "
-            "AND p.seq BETWEEN {first} AND {last} AND p.account_id = {members}.account_id "
-            "AND p.crm_org_id = {members}.crm_org_id",
+        sql(
+            "p.list_id = m.list_id AND p.run_id = {run_id} AND p.action = {action} "
+            "AND p.seq BETWEEN {first} AND {last} AND p.account_id = m.account_id "
+            "AND p.crm_org_id = m.crm_org_id",
             run_id=run_id,
             action=_literal(action),
             first=first,
@@ -140,9 +142,9 @@ def delete_members(
         + also
     )
     if state.dialect.capabilities.delete_using_join:
-        form = "DELETE {members} FROM {members} JOIN {plan} p ON {listed} AND {match}"
+        form = "DELETE m FROM {members} m JOIN {plan} p ON {listed} AND {match}"
     else:
-        form = "DELETE FROM {members} WHERE {listed} AND EXISTS (SELECT 1 FROM {plan} p WHERE {match})"
+        form = "DELETE FROM {members} AS m WHERE {listed} AND EXISTS (SELECT 1 FROM {plan} p WHERE {match})"
     return state.sql(form, listed=listed, match=match)
 
 

@@ -92,8 +92,17 @@ def plain(dialect: Dialect, validator: AccountValidator, fields: Mapping[str, st
     for field in ("name", "crmOrgId"):
         if field in fields:
             column = fields[field]
-            rule = f"{matches(column, _PLAIN_TEXT)} AND LENGTH({column}) <= {length}"
-            checks.append(text(f"({column} IS NULL OR ({rule}))" if field in texts else f"{column} IS NULL"))
+            # A database whose regular expressions cannot say "no control character" (Snowflake's
+            # literals turn the escapes into the characters) leaves every such value to Python.
+            rule = matches(column, _PLAIN_TEXT)
+            plain_text = rule is not None and field in texts
+            checks.append(
+                text(
+                    f"({column} IS NULL OR ({rule} AND LENGTH({column}) <= {length}))"
+                    if plain_text
+                    else f"{column} IS NULL"
+                )
+            )
     if "crmType" in fields:
         column = fields["crmType"]
         exact = dialect.exact_sql(column)  # "salesforce" is not a known type
