@@ -65,6 +65,8 @@ from measure_storage import parse_size
 MiB = 1 << 20
 EXPORT_TYPE = "TACTIC_PERFORMANCE"
 SECTIONS = ("export", "lists", "waiting", "startup", "sync", "cloud")
+#: The cloud section's warehouses, each on its emulator.
+CLOUD_WAREHOUSES = ("snowflake", "bigquery")
 # The PostgreSQL server (no database part); the suite creates and uses its own database on it.
 PG_SERVER = urlsplit(os.environ.get("ABM_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432"))
 PG_DATABASE = os.environ.get("ABM_BENCH_PG_DATABASE", "abm_bench")
@@ -140,6 +142,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--sync-runs", type=int, default=1, help="repetitions of the list sync's first + second run"
+    )
+    parser.add_argument(
+        "--cloud-warehouse",
+        action="append",
+        choices=CLOUD_WAREHOUSES,
+        help="the cloud section's warehouse (repeatable; default: both)",
     )
     parser.add_argument(
         "--cloud-size", type=parse_size, default=None, help="export size of the cloud section (100MiB)"
@@ -1171,7 +1179,10 @@ class CloudSection:
         """Each warehouse in turn; one that fails is reported and the next still runs."""
         path = self.export_file()
         failures = []
-        for warehouse, measure in (("snowflake", self.snowflake), ("bigquery", self.bigquery)):
+        chosen = self.bench.args.cloud_warehouse or list(CLOUD_WAREHOUSES)
+        measures = {"snowflake": self.snowflake, "bigquery": self.bigquery}
+        for warehouse in chosen:
+            measure = measures[warehouse]
             try:
                 self.report(warehouse, path.stat().st_size, measure(path))
             except Exception as exc:

@@ -66,6 +66,12 @@ def tactic_rows(
     return rows
 
 
+#: Two executions of one export: three days, then a newer one that restates the last two and adds a
+#: fourth (what each warehouse's load tests replace).
+FIRST_EXECUTION = tactic_rows(days(dt.date(2026, 10, 1), 3), 4, version=1)
+NEWER_EXECUTION = tactic_rows(days(dt.date(2026, 10, 2), 3), 4, version=2)
+
+
 def account_rows(
     dates: Sequence[dt.date], tactics: int, accounts: int, *, version: int
 ) -> list[dict[str, str]]:

@@ -11,6 +11,7 @@ said in the dialect's docstring.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -31,20 +32,18 @@ from abm_provider.warehouse.schema import Kind, TableName, export_schema
 from abm_provider.warehouse.stream import IncomingFile
 from support.cloud_warehouses import BigQueryTarget
 from support.export_files import (
+    FIRST_EXECUTION,
+    NEWER_EXECUTION,
     TACTIC_COLUMNS,
     csv_record,
-    days,
     download_xcom,
     expected,
     table_contents,
-    tactic_rows,
     write_export,
 )
 
 TABLE = "tactic_daily"
-FIRST = tactic_rows(days(dt.date(2026, 10, 1), 3), 4, version=1)
-#: The newer execution restates the last two days and adds a fourth.
-SECOND = tactic_rows(days(dt.date(2026, 10, 2), 3), 4, version=2)
+FIRST, SECOND = FIRST_EXECUTION, NEWER_EXECUTION
 
 
 class Reader:
@@ -381,3 +380,32 @@ def test_the_generic_path_sets_bad_records_aside_before_staging(
     rejects = {int(r["record"]): r["reason"] for r in read_rejects(Path(out["rejects_path"]))}
     assert rejects == {2: "column clicks: expected an integer, got 12x"}
     assert bq.contents() == expected("TACTIC_PERFORMANCE", [FIRST[0], dict(FIRST[2], spend="")])
+
+
+def test_the_generic_path_on_a_bigquery_hook_quotes_and_spells_types_as_bigquery(
+    bigquery_connection: BigQueryTarget,
+) -> None:
+    """BigQuery reads ``"x"`` as a string and has no ``TEXT``: the hook says how it quotes and names."""
+    dialect = dialect_for(sql_hook(bigquery_connection.conn_id, "sql_conn_id"), native=False)
+    assert dialect.name == "generic"
+    assert dialect.table_sql(TableName("ds", "t")) == "`ds`.`t`"
+    assert [dialect.column_type(k) for k in Kind] == ["DATE", "BIGINT", "DECIMAL(18,2)", "STRING"]
+    assert (dialect.text_sql(), dialect.text_sql(64), dialect.text_param()) == (
+        "STRING",
+        "STRING(64)",
+        "CAST(? AS STRING)",
+    )
+
+
+def test_an_export_of_several_numbered_files_is_staged_whole(
+    bigquery_connection: BigQueryTarget, bq: Reader, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file per million records; here per five, so twelve records make three load jobs."""
+    from abm_provider.warehouse.dialects import bigquery
+
+    monkeypatch.setattr(
+        bigquery, "write_numbered", functools.partial(bigquery.write_numbered, rows_per_file=5)
+    )
+    out = load(bigquery_connection, write_export(tmp_path / "first.csv", FIRST), "exec-1")
+    assert (out["rows_loaded"], out["method"]) == (len(FIRST), "bigquery_load_job")
+    assert bq.contents() == expected("TACTIC_PERFORMANCE", FIRST)

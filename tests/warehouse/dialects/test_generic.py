@@ -115,3 +115,21 @@ def test_a_new_table_gets_its_unique_key_index_with_the_first_load(tmp_path: Pat
             f"INSERT INTO {warehouse.table} (date, tactic_id) "
             f"VALUES ('{first['date']}', '{first['tactic_id']}')"
         )
+
+
+def test_a_hook_may_name_the_standard_types_its_database_spells_otherwise() -> None:
+    from abm_provider.warehouse.dialects.generic import GenericDialect
+
+    class Hook:
+        placeholder = "?"
+        sql_type_names = {"text": "STRING", "DECIMAL": "NUMERIC"}
+
+    d = GenericDialect(Hook())
+    assert (d.type_sql("TEXT"), d.type_sql("DECIMAL(18,2)"), d.type_sql("BIGINT")) == (
+        "STRING",
+        "NUMERIC(18,2)",
+        "BIGINT",
+    )
+    assert d.cast_sql("?", "TEXT") == "CAST(? AS STRING)"
+    plain = GenericDialect(object())  # no names given: standard SQL
+    assert (plain.type_sql("TEXT"), plain.text_sql(8)) == ("TEXT", "VARCHAR(8)")

@@ -7,7 +7,6 @@ sessions, exact decimal sums, case-sensitive quoted names) is listed in docs/war
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -21,21 +20,19 @@ from abm_provider.transfers.csv_to_sql import ExecutionCsvToSqlOperator
 from abm_provider.warehouse.dialects.snowflake import SnowflakeDialect
 from support.cloud_warehouses import SnowflakeTarget
 from support.export_files import (
+    FIRST_EXECUTION,
     NAMES,
+    NEWER_EXECUTION,
     TACTIC_COLUMNS,
     csv_record,
-    days,
     download_xcom,
     expected,
     table_contents,
-    tactic_rows,
     write_export,
 )
 
 TABLE = "tactic_daily"
-FIRST = tactic_rows(days(dt.date(2026, 10, 1), 3), 4, version=1)
-#: The newer execution restates the last two days and adds a fourth.
-SECOND = tactic_rows(days(dt.date(2026, 10, 2), 3), 4, version=2)
+FIRST, SECOND = FIRST_EXECUTION, NEWER_EXECUTION
 
 
 @pytest.fixture

@@ -197,7 +197,6 @@ class BigQueryDialect(SqlValidated):
         conn.client.create_table(bigquery.Table(stage, schema=schema))
         with tempfile.TemporaryDirectory(prefix="abm_bq_") as folder:
             numbered = write_numbered(request.path, plan.header, Path(folder), log=self.log)
-            loaded = 0
             for path in numbered.paths:
                 config = bigquery.LoadJobConfig(
                     source_format="PARQUET", write_disposition="WRITE_APPEND", schema=schema
@@ -207,7 +206,9 @@ class BigQueryDialect(SqlValidated):
                         handle, stage, job_config=config, location=conn.location
                     )
                 job.result()
-                loaded += int(job.output_rows or 0)
+        # The stage's rows from its metadata, not the jobs' output rows summed: bqemulator reports as
+        # a load job's output the table's rows after it, which counts a file's rows again per file.
+        loaded = int(conn.client.get_table(stage).num_rows or 0)
         if loaded != numbered.rows:
             raise RuntimeError(
                 f"the load jobs staged {loaded} of the {numbered.rows} records of {request.path.name}"

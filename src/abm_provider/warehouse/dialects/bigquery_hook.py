@@ -6,7 +6,8 @@ not honour ``BIGQUERY_EMULATOR_HOST``. This hook reads the same connection the s
 below) and its :meth:`BigQueryLoadHook.get_conn` gives a :class:`~.bigquery_session.SessionConnection`:
 every statement of a load runs as a query job in one BigQuery session, so a transaction can span them.
 Names are quoted in backquotes (``escape_word_format``), as BigQuery reads a double-quoted word as a
-string: the generic load path quotes as the hook says.
+string, and ``sql_type_names`` says how BigQuery names the standard types it has no ``TEXT`` for: the
+generic load path quotes and spells types as the hook says.
 
 Credentials, from the connection's extras, each also accepted with the Google provider's older
 ``extra__google_cloud_platform__`` prefix:
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow.providers.common.sql.hooks.sql import DbApiHook
 
@@ -139,6 +140,14 @@ class BigQueryLoadHook(DbApiHook):
     hook_name = "BigQuery (ABM loads)"
     supports_autocommit = False
     _placeholder = "?"
+    #: Standard SQL types BigQuery names otherwise, for SQL written for any database (the generic
+    #: load path); BIGINT, DECIMAL and TIMESTAMP are BigQuery's too.
+    sql_type_names: ClassVar[Mapping[str, str]] = {
+        "TEXT": "STRING",
+        "VARCHAR": "STRING",
+        "DOUBLE": "FLOAT64",
+        "BOOLEAN": "BOOL",
+    }
 
     def __init__(self, *args: Any, location: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -46,6 +46,13 @@ def driver_quote_format(hook: Any) -> str:
     return form if isinstance(form, str) and form.count("{}") == 1 else STANDARD_QUOTE
 
 
+def driver_type_names(hook: Any) -> dict[str, str]:
+    """The standard SQL types the hook's database names otherwise (``{"TEXT": "STRING"}``), from the
+    hook's ``sql_type_names`` where it has one: the generic path's SQL is standard SQL otherwise."""
+    names = getattr(hook, "sql_type_names", None)
+    return {str(k).upper(): str(v) for k, v in names.items()} if isinstance(names, Mapping) else {}
+
+
 class GenericDialect(Dialect):
     name = "generic"
     options_type = NoOptions
@@ -72,6 +79,7 @@ class GenericDialect(Dialect):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.quote_format = driver_quote_format(self.hook)
+        self.type_names = driver_type_names(self.hook)
 
     def adapt(self, conn: Any, value: Any) -> Any:
         return _as_text(value) if _binds_text(conn) else value
@@ -81,6 +89,18 @@ class GenericDialect(Dialect):
 
     def typed(self, column: str, kind: Kind) -> str:
         return column  # staged already typed
+
+    def type_sql(self, sql_type: str) -> str:
+        # Renamed as the hook says, its parameters kept: DECIMAL(18,2) may become NUMERIC(18,2).
+        name, paren, rest = sql_type.partition("(")
+        spelled = self.type_names.get(name.strip().upper())
+        return f"{spelled}{paren}{rest}" if spelled else sql_type
+
+    def text_sql(self, length: int | None = None) -> str:
+        return self.type_sql(super().text_sql(length))
+
+    def cast_sql(self, expression: str, sql_type: str) -> str:
+        return f"CAST({expression} AS {self.type_sql(sql_type)})"
 
     def create_key_index(self, cur: Any, statement: str) -> None:
         # A database without indexes (Snowflake) refuses it: the load's rows are kept all the same,
@@ -125,7 +145,8 @@ class GenericDialect(Dialect):
             cur.execute(f"DROP TABLE IF EXISTS {STAGE_TABLE}")
         except Exception:
             self.log.debug("no stale stage table to drop", exc_info=True)
-        cur.execute(f"CREATE TEMPORARY TABLE {STAGE_TABLE} ({record_column}, {columns}, _reason TEXT)")
+        reason = self.type_sql("TEXT")
+        cur.execute(f"CREATE TEMPORARY TABLE {STAGE_TABLE} ({record_column}, {columns}, _reason {reason})")
 
     def stage(
         self, cur: Any, request: LoadRequest, plan: ColumnPlan, reason_sql: str, incoming: IncomingFile
