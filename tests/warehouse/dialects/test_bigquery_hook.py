@@ -123,3 +123,13 @@ def test_the_hook_gives_a_session_connection_with_the_connection_s_project(
     assert isinstance(conn, SessionConnection)
     assert (conn.project, conn.location, conn.session_id) == ("p", "EU", None)
     conn.client.close()
+
+
+def test_the_uri_is_sqlalchemy_bigquerys_and_needs_the_project(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_BQ", json.dumps({"conn_type": "google_cloud_platform", "extra": {"project": "p1"}})
+    )
+    monkeypatch.setenv("AIRFLOW_CONN_BQ_NONE", json.dumps({"conn_type": "google_cloud_platform"}))
+    assert BigQueryLoadHook("bq").get_uri() == "bigquery://p1"
+    with pytest.raises(ValueError, match="'bq_none' names no project: set its extra 'project'"):
+        BigQueryLoadHook("bq_none").get_uri()

@@ -182,4 +182,12 @@ class BigQueryLoadHook(DbApiHook):
         return SessionConnection(client, location=location, implicit_transactions=implicit_transactions)
 
     def get_uri(self) -> str:
-        raise NotImplementedError("a BigQuery connection has no SQLAlchemy URI here")
+        """The connection as sqlalchemy-bigquery's URI, ``bigquery://<project>``: what common-sql builds
+        an engine from when asked (with that package installed); this provider's loads never do."""
+        project = extra_field(self.get_connection(self.get_conn_id()).extra_dejson, "project")
+        if not project:
+            raise ValueError(
+                f"the connection {self.get_conn_id()!r} names no project: set its extra 'project', which a "
+                "BigQuery URI needs"
+            )
+        return f"bigquery://{project}"

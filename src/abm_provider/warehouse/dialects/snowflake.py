@@ -128,7 +128,7 @@ class SnowflakeDialect(SqlValidated):
             [table.schema.upper() if table.schema else None, table.name.upper()],
         )
         names = [str(r[0]) for r in cur.fetchall()]
-        return [n.lower() if n == n.upper() else n for n in names] or None
+        return [_unfolded(n) for n in names] or None
 
     def lock(self, cur: Any, table: TableName) -> None:
         locks = self.table_sql(TableName(table.schema, LOCK_TABLE))
@@ -209,9 +209,12 @@ class SnowflakeDialect(SqlValidated):
         return copied, dict(files.rejects)
 
     def described_columns(self, cur: Any, relation: str) -> list[tuple[str, bool]]:
-        return [
-            (n.lower() if n == n.upper() else n, text) for n, text in super().described_columns(cur, relation)
-        ]
+        return [(_unfolded(n), text) for n, text in super().described_columns(cur, relation)]
+
+
+def _unfolded(name: str) -> str:
+    """A name as the loader spells it: one Snowflake folded to upper case, read back in lower case."""
+    return name.lower() if name == name.upper() else name
 
 
 def _rows_loaded(row: Sequence[Any]) -> int:
