@@ -26,6 +26,10 @@ _STATEMENTS = (
     "tests/accounts/sync/statements/test_statements.py and run on DuckDB, PostgreSQL and MariaDB by the "
     "whole syncs of tests/accounts/sync"
 )
+_AUDIENCES = (
+    "the audience sync's tiering, moves and summary, run whole by tests/accounts/audiences/test_engine.py "
+    "on DuckDB, PostgreSQL and MariaDB against the emulator"
+)
 _LOADS = (
     "run by every load of tests/transfers and tests/warehouse, on each warehouse of the `warehouse` fixture"
 )
@@ -34,6 +38,11 @@ _LOADS = (
 EXCEPTIONS: dict[str, str] = {
     "warehouse/__init__.py": "dialect_of and loader_for hand a hook to the dialect registry, and are tested "
     "with it in tests/warehouse/dialects/test_dialects.py",
+    "accounts/audiences/moves.py": _AUDIENCES,
+    "accounts/audiences/summary.py": _AUDIENCES,
+    "accounts/audiences/tiering.py": _AUDIENCES,
+    "operators/_sync.py": "the arguments both sync operators share: tests/operators/test_list_sync.py "
+    "and tests/operators/test_audiences.py check them",
     "accounts/sync/options.py": "a run's settings: AccountListSyncOperator checks them "
     "(tests/operators/test_list_sync.py) and every whole sync of tests/accounts/sync reads them",
     "accounts/sync/row_values.py": "a staged row's values and hash: tests/accounts/sync/test_staging.py "

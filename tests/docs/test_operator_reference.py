@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from abm_provider.operators.account_lists import (
+    AccountAudienceSyncOperator,
     AccountListSyncOperator,
     AddAccountsToListOperator,
     CreateAccountListFolderOperator,
@@ -34,6 +35,7 @@ CLASSES = [
     AddAccountsToListOperator,
     RemoveAccountsFromListOperator,
     AccountListSyncOperator,
+    AccountAudienceSyncOperator,
     CreateExportJobOperator,
     ExecutionCompleteSensor,
     ExecutionCompleteTrigger,

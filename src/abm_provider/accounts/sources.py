@@ -270,12 +270,15 @@ class ParquetSource:
 class WarehouseQuery:
     """A SQL source as its own connection runs it: the user's statement and parameters, as given.
 
-    ``is_table``: the statement is the provider's ``SELECT *`` of a whole table, not the user's text.
+    ``is_table``: the statement is the provider's own ``SELECT`` of a table, not the user's text.
+    ``numbered``: its first column is already each row's record number (a work table of the audience
+    sync, whose rows keep their numbers in the user's source), so it is read in place, not numbered.
     """
 
     text: str
     parameters: Mapping[str, Any] | Sequence[Any] | None
     is_table: bool = False
+    numbered: bool = False
 
 
 @dataclass

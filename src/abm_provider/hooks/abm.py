@@ -251,16 +251,28 @@ class AbmHook(AbmHookBase[Iterator[dict[str, Any]]]):
 
     def ensure_list(self, list_name: str, folder_id: str, if_exists: IfExists = "reuse") -> dict[str, Any]:
         """The list ``list_name`` in ``folder_id``: reused, created or refused, as :meth:`ensure_folder`."""
-        check_text(list_name, "list_name")
-        check_text(folder_id, "folder_id")
-        listed = (list_resource(i, folder_id) for i in self.iter_account_lists([folder_id]))
-        matches = [i for i in listed if is_list(i, list_name, folder_id)]
+        matches = self._lists_named(list_name, folder_id)
         what = f"list {list_name!r} in folder {folder_id}"
         chosen = self._existing(matches, if_exists, what, lambda item: item, LISTS_PATH)
         if chosen is not None:
             return chosen
         known = {m["listId"] for m in matches}
         return list_resource(self._call(create_list_call(list_name, folder_id, known)), folder_id)
+
+    def find_list(self, list_name: str, folder_id: str) -> dict[str, Any] | None:
+        """The list ``list_name`` in ``folder_id`` that :meth:`ensure_list` would reuse, or ``None``;
+        creates nothing (what a dry run asks)."""
+        matches = self._lists_named(list_name, folder_id)
+        return self._existing(
+            matches, "reuse", f"list {list_name!r} in folder {folder_id}", lambda i: i, LISTS_PATH
+        )
+
+    def _lists_named(self, list_name: str, folder_id: str) -> list[dict[str, Any]]:
+        """The lists named ``list_name`` in ``folder_id``, as :func:`list_resource` shapes them."""
+        check_text(list_name, "list_name")
+        check_text(folder_id, "folder_id")
+        listed = (list_resource(i, folder_id) for i in self.iter_account_lists([folder_id]))
+        return [i for i in listed if is_list(i, list_name, folder_id)]
 
     def _existing(
         self,

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 _FOLDER_ACCESS = ("FOLDER_ACCESS_UNSPECIFIED", "PUBLIC", "READ_ONLY")
 
 __all__ = [
+    "AccountAudienceSyncOperator",
     "AccountListSyncOperator",
     "AddAccountsToListOperator",
     "CreateAccountListFolderOperator",
@@ -326,5 +327,7 @@ class RemoveAccountsFromListOperator(_ListMembershipOperator):
     action = "remove"
 
 
-# The sync operator lives in its own module (it has its own engine); it is part of this module's API.
+# The sync operators live in their own modules (each has its own engine); they are part of this
+# module's API.
+from abm_provider.operators.audiences import AccountAudienceSyncOperator  # noqa: E402
 from abm_provider.operators.list_sync import AccountListSyncOperator  # noqa: E402

@@ -48,7 +48,8 @@ def check_account_arguments(
     progress_interval: float,
 ) -> None:
     """The checks every account-list membership operator (add, remove, sync) makes of its rows'
-    arguments: the list, how rows read, and how they are sent."""
+    arguments: the list (``None`` for an operator of many lists, which checks its own), how rows
+    read, and how they are sent."""
     check_batch_size(batch_size)
     check_in_flight(max_in_flight)
     check_positive(progress_interval, "progress_interval")
@@ -56,7 +57,8 @@ def check_account_arguments(
         normalise_column_map(column_map)
     if default_crm_type is not None:
         check_choice(default_crm_type, "default_crm_type", sorted(KNOWN_CRM_TYPES))
-    check_known(check_id, list_id, "list_id")
+    if list_id is not None:
+        check_known(check_id, list_id, "list_id")
 
 
 def fail_on_bad_argument(check: Callable[[Any, str], object], value: Any, name: str) -> None:

@@ -8,10 +8,19 @@ retries early nor late, and a test can move the emulator's clock instead of wait
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from abm_provider.accounts.sync.state import utc_now
+
+if TYPE_CHECKING:
+    from abm_provider.hooks.abm import AbmHook
+
+#: How far the service's clock may be from the worker's before a run says so.
+_CLOCK_SKEW = timedelta(minutes=5)
 
 
 @dataclass
@@ -29,3 +38,19 @@ class ServiceClock:
         if service_time.tzinfo is not None:
             service_time = service_time.astimezone(UTC).replace(tzinfo=None)
         self.offset = service_time.replace(microsecond=0) - utc_now()
+
+
+def read_service_clock(
+    clock: ServiceClock, new_hook: Callable[[], AbmHook], log: logging.Logger | Any
+) -> None:
+    """Align ``clock`` with the service's (one cheap request), and warn when the two are far apart."""
+    hook = new_hook()
+    try:
+        clock.set_to(hook.service_time())
+    finally:
+        hook.close()
+    if abs(clock.offset) > _CLOCK_SKEW:
+        log.warning(
+            "The service's clock is %s away from this worker's; not-found retries are timed by the service's",
+            clock.offset,
+        )

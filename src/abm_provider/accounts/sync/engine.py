@@ -33,7 +33,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from abm_provider.accounts.sync.clock import ServiceClock
+from abm_provider.accounts.sync.clock import ServiceClock, read_service_clock
 from abm_provider.accounts.sync.lock import check_lock_timeout, hold_list_lock
 from abm_provider.accounts.sync.options import MODES, SyncOptions, check_options
 from abm_provider.accounts.sync.plan import Planner
@@ -148,19 +148,8 @@ class ListSync:
 
         Skipped when not-found accounts are held until they change: then no delay is measured.
         """
-        if self.options.retry_not_found_after is None:
-            return
-        hook = self.new_hook()
-        try:
-            self.clock.set_to(hook.service_time())
-        finally:
-            hook.close()
-        if abs(self.clock.offset) > timedelta(minutes=5):
-            self.log.warning(
-                "The service's clock is %s away from this worker's; not-found retries are timed by the "
-                "service's",
-                self.clock.offset,
-            )
+        if self.options.retry_not_found_after is not None:
+            read_service_clock(self.clock, self.new_hook, self.log)
 
     def _trim_log(self) -> None:
         """Drop the list's run-log rows older than ``log_retention_days``."""

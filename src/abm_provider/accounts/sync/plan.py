@@ -46,10 +46,35 @@ if TYPE_CHECKING:
     from abm_provider.accounts.sync.options import SyncOptions
     from abm_provider.accounts.sync.state import StateTables
     from abm_provider.accounts.sync.statements.tables import StateSql
+    from abm_provider.accounts.sync.work_source import StateQuerySource
     from abm_provider.accounts.validation import AccountValidator
 
 #: Rows named in an error message or shown in the log per action.
 _SAMPLE = 5
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A source staged for one list's plan: its work tables, what staging found, and whether the list
+    has members to leave out of the additions (not a first run, nor a full resync)."""
+
+    work: WorkTables
+    staged: Staged
+    listed: bool
+
+
+@dataclass(frozen=True)
+class Written:
+    """A plan written and not yet committed: its counts, the members before it, and the refusals
+    (new invalid rows, held invalid rows, held valid rows) its run records when it goes on to send."""
+
+    source_rows: int
+    to_add: int
+    to_remove: int
+    rejected: int
+    held: int
+    members: int
+    refusals: tuple[Sql, Sql, Sql | None]
 
 
 @dataclass(frozen=True)
@@ -68,11 +93,24 @@ class Planner:
         """The state tables as the statements name them on this database."""
         return self.db.state_sql(self.tables)
 
-    def plan(self, source: AccountSource) -> Tripped | None:
+    def plan(self, source: AccountSource | StateQuerySource) -> Tripped | None:
         """Stage the source, compute the change in SQL, and commit plan, rejects and run row together.
 
         Returns the guard the plan tripped, if any: its plan is then kept, marked ``blocked``.
         """
+        prepared = self.prepare(source)
+        try:
+            with self.db.transaction():
+                written = self.write(prepared)
+                tripped = check_plan(self.options, written.source_rows, written.to_remove, written.members)
+                self.finish(written, tripped is not None)
+            self.settle(written)
+        finally:
+            self.drop(prepared)
+        return tripped
+
+    def prepare(self, source: AccountSource | StateQuerySource) -> Prepared:
+        """Stage the source into new work tables, each in a transaction of its own (:meth:`drop` them)."""
         dialect = self.db.dialect
         work = WorkTables.new(dialect, self.tables.members.schema)
         # Committed before staging: a source query the warehouse refuses to run wrapped rolls back
@@ -82,23 +120,31 @@ class Planner:
             self.db.execute(
                 create_work_table(dialect, work.candidates, statements.candidate_columns(dialect))
             )
-        # A run that sends only the change compares the source with the members first, where it can;
-        # a list with no members (a first run) has none to compare with, nor to leave out of the plan.
-        members = self.state.members if not self.options.full_resync and self._has_members() else None
+        prepared = Prepared(work, Staged(0), listed=False)
         try:
+            # A run that sends only the change compares the source with the members first, where it
+            # can; a list with no members (a first run) has none to compare with, nor to leave out.
+            members = self.state.members if not self.options.full_resync and self._has_members() else None
             stager = Stager(self.db, self.options, self.validator, self.log, work)
             staged = stager.stage(source, work.stage, members)
             self.db.analyze(work.stage)  # the diff joins it with the members: plan it for its real size
-            with self.db.transaction():
-                tripped, planned = self._write_plan(work, staged, listed=members is not None)
-            if planned > RECORD_ACCOUNTS:
-                # Statistics from before a plan of several groups would have each group's read scan
-                # the table; a plan of one group is read once.
-                self.db.analyze(self.db.names(self.tables).plan)
-        finally:
-            for table in (work.stage, work.candidates, work.difference):
-                self.db.execute(drop_table(table))
-        return tripped
+        except BaseException:
+            self.drop(prepared)
+            raise
+        return Prepared(work, staged, listed=members is not None)
+
+    def settle(self, written: Written) -> None:
+        """After the plan's commit: statistics for a plan its reads would otherwise scan whole."""
+        if written.to_add + written.to_remove > RECORD_ACCOUNTS:
+            # Statistics from before a plan of several groups would have each group's read scan the
+            # table; a plan of one group is read once.
+            self.db.analyze(self.db.names(self.tables).plan)
+
+    def drop(self, prepared: Prepared) -> None:
+        """Drop the work tables :meth:`prepare` made."""
+        work = prepared.work
+        for table in (work.stage, work.candidates, work.difference):
+            self.db.execute(drop_table(table))
 
     def _has_members(self) -> bool:
         """Whether the list has members by our record (a first run has none to compare with)."""
@@ -130,13 +176,13 @@ class Planner:
         cutoff = None if after is None else self.clock.now() - timedelta(seconds=after)
         return statements.held_back(self.state, options.list_id, cutoff)
 
-    def _write_plan(self, work: WorkTables, staged: Staged, *, listed: bool) -> tuple[Tripped | None, int]:
-        """Replace this run's plan and row with the change between the stage and the members.
+    def write(self, prepared: Prepared) -> Written:
+        """Replace this run's plan with the change between the stage and the members; say how big it is.
 
-        ``listed``: the list has members to leave out of the additions (not a first run, nor a full
-        resync, which adds every row again). Returns the guard the plan tripped, if any, and how many
-        rows the plan holds.
+        Inside the caller's transaction, which :meth:`finish` ends. Raises ``TooManyRejects`` past
+        ``max_rejected`` (a dry run only warns).
         """
+        work, staged = prepared.work, prepared.staged
         state, options = self.state, self.options
         list_id, run_id = options.list_id, options.run_id
         # The plans of stopped and dry runs go (a finished run deleted its own; a plan left unfinished
@@ -151,7 +197,9 @@ class Planner:
         # and small once a list is in step.
         if options.adds:
             self.db.execute(
-                statements.insert_candidates(state, work.candidates, work.stage, list_id, listed=listed)
+                statements.insert_candidates(
+                    state, work.candidates, work.stage, list_id, listed=prepared.listed
+                )
             )
             self._keep_first_of_each_key(work.candidates)
         # Rows that would be added, less those held as refused before (a full resync holds none).
@@ -177,34 +225,44 @@ class Planner:
         rejected = self._count(new_invalid)
         held = self._count(held_invalid) + (self._count(held_valid) if held_valid is not None else 0)
         self._check_rejected(rejected, staged.rows, work.stage, refused)
-        adding, removing = int(planned["add"]), int(planned["remove"])
-        members = member_count(self.db, self.tables, list_id)
-        tripped = check_plan(options, staged.rows, removing, members)
+        return Written(
+            source_rows=staged.rows,
+            to_add=int(planned["add"]),
+            to_remove=int(planned["remove"]),
+            rejected=rejected,
+            held=held,
+            members=member_count(self.db, self.tables, list_id),
+            refusals=(new_invalid, held_invalid, held_valid),
+        )
+
+    def finish(self, written: Written, blocked: bool) -> None:
+        """Write the run's row (``blocked``: a guard stopped it) and, for a run that goes on to send,
+        log and record its refusals. Inside the caller's transaction, after :meth:`write`."""
+        options = self.options
         if options.dry_run:
             status = DRY_RUN
-        elif tripped is not None:
+        elif blocked:
             status = BLOCKED
         else:
             status = SENDING
-            self._record_refusals(new_invalid, held_invalid, held_valid)
+            self._record_refusals(*written.refusals)
         self.db.execute(
             statements.insert_run(
-                state,
-                list_id,
-                run_id,
+                self.state,
+                options.list_id,
+                options.run_id,
                 mode=options.mode,
                 status=status,
                 counts={
-                    "source_rows": staged.rows,
-                    "to_add": adding,
-                    "to_remove": removing,
-                    "rejected": rejected,
-                    "held": held,
+                    "source_rows": written.source_rows,
+                    "to_add": written.to_add,
+                    "to_remove": written.to_remove,
+                    "rejected": written.rejected,
+                    "held": written.held,
                 },
                 started_at=utc_now(),
             )
         )
-        return tripped, adding + removing
 
     def _record_refusals(self, new_invalid: Sql, held_invalid: Sql, held_valid: Sql | None) -> None:
         """Log the new invalid rows as ``invalid``, the held ones as ``held``; then record the new ones."""

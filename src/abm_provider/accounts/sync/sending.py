@@ -64,21 +64,34 @@ class Sender:
     log: logging.Logger | Any
 
     def send_run(self, run: PlannedRun) -> None:
-        """Send what is left of ``run``'s plan, removals first, then mark the run done.
+        """Send what is left of ``run``'s plan, removals first, then mark the run done."""
+        self.send_removals(run)
+        self.send_additions(run)
+
+    def send_removals(self, run: PlannedRun) -> None:
+        """Send what is left of ``run``'s removals (an audience sends every list's before any addition).
 
         Each thread that sends gets a hook of its own, since a hook's HTTP session is not shared
         between threads.
         """
-        for action, done in (("remove", run.remove_done), ("add", run.add_done)):
-            self.recorder.drop_recorded_before(run.run_id, action, done)
+        self.recorder.drop_recorded_before(run.run_id, "remove", run.remove_done)
         hooks = PerThread(self.new_hook)
         try:
             self._send_action(run, "remove", run.to_remove, run.remove_done, hooks.get)
-            if run.add_done < run.to_add:
-                replaces = self.recorder.has_old_not_found(run.run_id)
-                self._send_action(run, "add", run.to_add, run.add_done, hooks.get, replaces)
         finally:
             hooks.close()
+
+    def send_additions(self, run: PlannedRun) -> None:
+        """Send what is left of ``run``'s additions, once its removals are all recorded; then mark the
+        run done."""
+        self.recorder.drop_recorded_before(run.run_id, "add", run.add_done)
+        if run.add_done < run.to_add:
+            hooks = PerThread(self.new_hook)
+            try:
+                replaces = self.recorder.has_old_not_found(run.run_id)
+                self._send_action(run, "add", run.to_add, run.add_done, hooks.get, replaces)
+            finally:
+                hooks.close()
         self.recorder.record_done(run.run_id)
 
     @property

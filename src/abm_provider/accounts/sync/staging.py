@@ -34,6 +34,7 @@ from abm_provider.accounts.sync.statements import staging as statements
 from abm_provider.accounts.sync.statements.binding import Sql, text
 from abm_provider.accounts.sync.statements.staging import MEMBER, RECORD, STAGE_COLUMNS
 from abm_provider.accounts.sync.statements.tables import WorkTables, create_work_table_as, drop_table
+from abm_provider.accounts.sync.work_source import StateQuerySource
 from abm_provider.accounts.validation import SourceRow
 from abm_provider.common.sql import one_statement
 
@@ -84,7 +85,9 @@ class Stager:
     log: logging.Logger | Any
     work: WorkTables | None = None
 
-    def stage(self, source: AccountSource, stage: str, members: Sql | None = None) -> Staged:
+    def stage(
+        self, source: AccountSource | StateQuerySource, stage: str, members: Sql | None = None
+    ) -> Staged:
         """Stage the source rows into ``stage``, and say how many were read.
 
         With ``members`` (the members table, for a list that has members and a run that sends only
@@ -100,9 +103,9 @@ class Stager:
                 return staged
         return Staged(self._stage_in_python(source, stage))
 
-    def _warehouse_query(self, source: AccountSource) -> WarehouseQuery | None:
+    def _warehouse_query(self, source: AccountSource | StateQuerySource) -> WarehouseQuery | None:
         """The source as SQL the state connection runs itself, or ``None``."""
-        if not isinstance(source, SqlSource) or not self.db.dialect.has_rules_in_sql:
+        if not isinstance(source, SqlSource | StateQuerySource) or not self.db.dialect.has_rules_in_sql:
             return None
         conn_id = self.db.dialect.conn_id
         return None if conn_id is None else source.query_on(conn_id, self.db.dialect)
@@ -113,7 +116,7 @@ class Stager:
 
     # ---- in Python ---------------------------------------------------------------------------------
 
-    def _stage_in_python(self, source: AccountSource, stage: str) -> int:
+    def _stage_in_python(self, source: AccountSource | StateQuerySource, stage: str) -> int:
         """Validate and hash every source row into the stage."""
         with source.open() as opened:
             self.validator.check_columns(opened.columns, source.description)
@@ -152,12 +155,14 @@ class Stager:
         # numbered inside the comparison, which keeps only the rows that differ. Anything else (the
         # user's own query above all) is run once, as written, into a numbered table that every later
         # step reads, so no statement of the sync holds the user's text.
-        inline = members is not None and query.is_table and dialect.embeddable(query.text)
+        inline = query.numbered or (members is not None and query.is_table and dialect.embeddable(query.text))
         numbered = None if inline else self._number(query)
         if numbered is None and not inline:
             return None
         try:
-            rows = numbered or f"({dialect.numbered_sql(query.text, RECORD)})"
+            rows = numbered or (
+                f"({query.text})" if query.numbered else f"({dialect.numbered_sql(query.text, RECORD)})"
+            )
             shape = self._shape(rows, description)
             if shape is None:
                 return None

@@ -70,6 +70,7 @@ def _every_statement(dialect: Dialect) -> dict[str, Sql]:
         "staging.staged_values": sql("{a}, {b}, {c}, {d}", **dict(zip("abcd", staged, strict=True))),
         "staging.insert_plain": staging.insert_plain(dialect, work.stage, text(work.numbered), staged, plain),
         "staging.other_rows": staging.other_rows(text(work.numbered), '"a", "b"', plain, 10, 500),
+        "staging.page_after": staging.page_after(text(work.numbered), '"a"', 10, 500),
         "staging.difference_shape": staging.difference_shape(text(work.numbered), state.members),
         "staging.insert_difference": staging.insert_difference(
             work.difference, text(work.numbered), state.members, LIST_ID, staged

@@ -168,14 +168,21 @@ def insert_plain(dialect: Dialect, stage: str, rows: Sql, staged: Sequence[Sql],
 
 def other_rows(rows: Sql, columns: str, plain_rows: Sql, after: int, page: int) -> Sql:
     """A page of the numbered rows after record ``after`` that the rules in SQL did not prove plain."""
+    return page_after(rows, columns, after, page, sql("NOT ({plain})", plain=plain_rows))
+
+
+def page_after(rows: Sql, columns: str, after: int, page: int, where: Sql | None = None) -> Sql:
+    """``page`` numbered rows after record ``after`` (those passing ``where``): their record, then
+    ``columns``."""
+    condition = sql("{record} > {after}", record=text(RECORD), after=after)
+    if where is not None:
+        condition += sql(" AND {where}", where=where)
     return sql(
-        "SELECT {record}, {columns} FROM {rows} WHERE {record} > {after} AND NOT ({plain}) "
-        "ORDER BY {record} LIMIT {page}",
+        "SELECT {record}, {columns} FROM {rows} n WHERE {condition} ORDER BY {record} LIMIT {page}",
         record=text(RECORD),
         columns=text(columns),
         rows=rows,
-        after=after,
-        plain=plain_rows,
+        condition=condition,
         page=text(str(int(page))),
     )
 

@@ -1,0 +1,291 @@
+"""The audience sync: one source tiered over many lists, planned as one, sent removals first.
+
+A run of a programme (its lists in priority order, an audience each) goes:
+
+1. **Lock** every list of the programme, in the order of their ids, as the list sync locks one: no
+   list sync and no other programme plans or sends on them meanwhile.
+2. **Complete** what an earlier run left unfinished on any of the lists (its removals on every list,
+   then its additions), or resume this run's own plan.
+3. **Tier** the source once (:mod:`~abm_provider.accounts.audiences.tiering`) and **plan** each list
+   from the rows assigned to it, with the list sync's planner. Every list's plan, the guards' verdict,
+   the run rows and the moves commit in one transaction: the programme has a whole plan or none.
+4. **Guard**: the programme's removals against all of its recorded members, an empty source, then
+   each list's (an emptied tier stops the run); a tripped guard stops every list with nothing sent.
+5. **Send** every list's removals, then every list's additions. An account that moves between tiers
+   leaves its old list before it joins its new one, so it is never on two lists of the programme, even
+   when the run dies in between: the rerun resumes the plan and adds it.
+
+The summary has an entry per list, the moves between them, and the programme's totals.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from abm_provider.accounts.audiences.guards import ProgrammeTrip, check_programme
+from abm_provider.accounts.audiences.moves import MovesLog
+from abm_provider.accounts.audiences.summary import programme_summary
+from abm_provider.accounts.audiences.tiering import Exclusion, Tiering
+from abm_provider.accounts.sync.clock import ServiceClock, read_service_clock
+from abm_provider.accounts.sync.lock import hold_list_lock
+from abm_provider.accounts.sync.plan import Planner
+from abm_provider.accounts.sync.recording import Recorder
+from abm_provider.accounts.sync.sending import PlannedRun, Sender, unfinished_runs
+from abm_provider.accounts.sync.state import uses_lock_rows, utc_now
+from abm_provider.accounts.sync.summary import read_summary
+
+if TYPE_CHECKING:
+    from abm_provider.accounts.sources import AccountSource
+    from abm_provider.accounts.sync.database import StateDatabase
+    from abm_provider.accounts.sync.options import SyncOptions
+    from abm_provider.accounts.sync.state import StateTables
+    from abm_provider.accounts.validation import AccountValidator
+    from abm_provider.hooks.abm import AbmHook
+
+#: Accounts shown per move in the log.
+_SAMPLE = 5
+
+
+@dataclass(frozen=True)
+class Audience:
+    """One tier of a programme: the audience column's ``value`` and the list that keeps it."""
+
+    value: str
+    list_id: str
+
+
+@dataclass(frozen=True)
+class _Tier:
+    """One list of the programme, with the list sync's parts working on it."""
+
+    audience: Audience
+    place: int
+    options: SyncOptions
+    planner: Planner
+    sender: Sender
+    recorder: Recorder
+
+
+class AudienceSync:
+    """A programme's sync: ``audiences`` in priority order (the first is the highest), each value of
+    ``column`` kept on its list, ``exclusions`` and the members of ``exclude_lists`` on none."""
+
+    def __init__(
+        self,
+        db: StateDatabase,
+        tables: StateTables,
+        audiences: Sequence[Audience],
+        column: str,
+        options: SyncOptions,
+        validator: AccountValidator,
+        new_hook: Callable[[], AbmHook],
+        *,
+        exclusions: Sequence[Exclusion] = (),
+        exclude_lists: Sequence[str] = (),
+        log: logging.Logger | Any = None,
+    ) -> None:
+        check_programme_lists(audiences, exclude_lists)
+        self.db = db
+        self.tables = tables
+        self.column = column
+        self.options = options
+        self.validator = validator
+        self.new_hook = new_hook
+        self.exclusions = tuple(exclusions)
+        self.exclude_lists = tuple(exclude_lists)
+        self.log = log or logging.getLogger(__name__)
+        self.clock = ServiceClock()
+        self.tiers = [self._tier(audience, place) for place, audience in enumerate(audiences, start=1)]
+        self.list_ids = [t.audience.list_id for t in self.tiers]
+        self.moves = MovesLog(db, tables, options.run_id, self.list_ids)
+        self.tripped: ProgrammeTrip | None = None
+
+    def _tier(self, audience: Audience, place: int) -> _Tier:
+        options = replace(self.options, list_id=audience.list_id)
+        recorder = Recorder(self.db, self.tables, options, self.clock)
+        planner = Planner(self.db, self.tables, options, self.validator, self.clock, self.log)
+        sender = Sender(self.db, self.tables, options, self.new_hook, recorder, self.log)
+        return _Tier(audience, place, options, planner, sender, recorder)
+
+    # ---- the run ----------------------------------------------------------------------------------
+
+    def run(self, source: AccountSource) -> dict[str, Any]:
+        """Lock every list, then complete, plan, guard and send one run; return its summary.
+
+        :raises SyncAlreadyRunning: another sync had one of the lists for ``lock_timeout``.
+        :raises SyncGuardTripped: a guard stopped the programme; nothing was sent on any list.
+        """
+        db, dialect = self.db, self.db.dialect
+        db.create_tables([*self.tables.create_sql(dialect), self.moves.create_sql()], self.tables.lock_key())
+        rows = dialect.table_sql(self.tables.locks) if uses_lock_rows(dialect) else None
+        held: list[str] = []
+        try:
+            for list_id in sorted(set(self.list_ids)):
+                key = self.tables.lock_key(list_id)
+                hold_list_lock(
+                    db, key, list_id, self.options.run_id, self.options.lock_timeout, self.log, rows
+                )
+                held.append(key)
+            return self._run(source)
+        finally:
+            for key in reversed(held):
+                db.unlock(key)
+
+    def _run(self, source: AccountSource) -> dict[str, Any]:
+        options = self.options
+        if options.retry_not_found_after is not None:
+            read_service_clock(self.clock, self.new_hook, self.log)
+        unfinished = [(tier, run) for tier in self.tiers for run in self._unfinished(tier)]
+        if options.dry_run:
+            if unfinished:
+                self.log.warning(
+                    "Lists %s have plans left unfinished; the next real run completes them before planning",
+                    sorted({tier.audience.list_id for tier, _ in unfinished}),
+                )
+            self.tripped = self._plan(source)
+            self._log_plan()
+            if self.tripped is not None:
+                self.log.warning("%s (dry run: reported, not enforced)", self._error(self.tripped))
+            return self.summary()
+        self._trim_log()
+        earlier = [(tier, run) for tier, run in unfinished if run.run_id != options.run_id]
+        own = [(tier, run) for tier, run in unfinished if run.run_id == options.run_id]
+        if earlier:
+            self.log.warning(
+                "Runs %s left plans unfinished on lists %s; completing them before planning this run",
+                sorted({run.run_id for _, run in earlier}),
+                sorted({tier.audience.list_id for tier, _ in earlier}),
+            )
+            self._send(earlier)
+        if own:
+            self.log.info("Resuming this run's plan on lists %s", [tier.audience.list_id for tier, _ in own])
+            self._send(own)
+        else:
+            self.tripped = self._plan(source)
+            self._log_plan()
+            if self.tripped is not None:
+                raise self._error(self.tripped)
+            planned = [(tier, run) for tier in self.tiers for run in self._unfinished(tier)]
+            self._send([(tier, run) for tier, run in planned if run.run_id == options.run_id])
+        return self.summary()
+
+    def _unfinished(self, tier: _Tier) -> list[PlannedRun]:
+        return unfinished_runs(self.db, self.tables, tier.audience.list_id)
+
+    def _trim_log(self) -> None:
+        """Drop run-log rows and moves older than ``log_retention_days``."""
+        days = self.options.log_retention_days
+        if days is None:
+            return
+        before = utc_now() - timedelta(days=days)
+        gone = sum(tier.recorder.forget_old_log(before) for tier in self.tiers)
+        with self.db.transaction():
+            moved = self.moves.forget_before(before)
+        if gone or moved:
+            self.log.info("Run log: %d rows and %s moves older than %g days removed", gone, moved, days)
+
+    # ---- planning ---------------------------------------------------------------------------------
+
+    def _plan(self, source: AccountSource) -> ProgrammeTrip | None:
+        """Tier the source and write every list's plan, the guards' verdict and the moves, all or none."""
+        tiering = Tiering(
+            self.db,
+            self.tables,
+            self.validator,
+            self.column,
+            [tier.audience.value for tier in self.tiers],
+            self.exclusions,
+            self.exclude_lists,
+            self.log,
+            self.options.stage_rows,
+        )
+        prepared = []
+        try:
+            tiered = tiering.build(source)
+            for tier in self.tiers:
+                prepared.append((tier, tier.planner.prepare(tiering.source_of(tiered, tier.place))))
+            with self.db.transaction():
+                written = [(tier, tier.planner.write(ready)) for tier, ready in prepared]
+                tripped = check_programme(
+                    self.options, tiered.rows, [(tier.audience.value, tier.options, w) for tier, w in written]
+                )
+                for tier, w in written:
+                    tier.planner.finish(w, blocked=tripped is not None)
+                self.moves.write(tiering.excluded, tiered.table, utc_now())
+            for tier, w in written:
+                tier.planner.settle(w)
+        finally:
+            for tier, ready in prepared:
+                tier.planner.drop(ready)
+            tiering.drop()
+        return tripped
+
+    def _log_plan(self) -> None:
+        """Each list's plan, then each move with a sample of its accounts."""
+        for tier in self.tiers:
+            self.log.info("Audience %r (list %s):", tier.audience.value, tier.audience.list_id)
+            tier.planner.log_plan(read_summary(self.db, self.tables, tier.options, count_members=False))
+        moves = self.moves.read()
+        by_list = {tier.audience.list_id: tier.audience.value for tier in self.tiers}
+        for (source, target), count in sorted(moves.moved.items()):
+            self.log.info(
+                "Moves: %d accounts from %r to %r, e.g. %s",
+                count,
+                by_list.get(source, source),
+                by_list.get(target, target),
+                ", ".join(self.moves.sample(source, target, _SAMPLE)),
+            )
+        for tier in self.tiers:
+            excluded = moves.excluded(tier.audience.list_id)
+            if excluded:
+                self.log.info(
+                    "Excluded: %d accounts of %r (%d removed from its list, %d kept off it)",
+                    excluded,
+                    tier.audience.value,
+                    moves.excluded_from.get(tier.audience.list_id, 0),
+                    moves.kept_off.get(tier.audience.list_id, 0),
+                )
+
+    # ---- sending ----------------------------------------------------------------------------------
+
+    def _send(self, runs: Sequence[tuple[_Tier, PlannedRun]]) -> None:
+        """Send the runs' removals on every list, then their additions, each list in priority order."""
+        for tier, run in runs:
+            tier.sender.send_removals(run)
+        for tier, run in runs:
+            tier.sender.send_additions(run)
+
+    # ---- the result -------------------------------------------------------------------------------
+
+    def _error(self, tripped: ProgrammeTrip) -> Exception:
+        return tripped.error(self.options.run_id, self.db.names(self.tables).plan)
+
+    def summary(self) -> dict[str, Any]:
+        """An entry per list, the moves between them, and the programme's totals."""
+        return programme_summary(
+            self.db,
+            self.tables,
+            [(tier.audience.value, tier.options) for tier in self.tiers],
+            self.moves.read(),
+            self.tripped,
+        )
+
+
+def check_programme_lists(audiences: Sequence[Audience], exclude_lists: Sequence[str]) -> None:
+    """Refuse a programme with no audience, an audience or list named twice, or a list that is both
+    kept and excluded."""
+    if not audiences:
+        raise ValueError("audiences is empty: map at least one audience value to a list")
+    values = [a.value for a in audiences]
+    lists = [a.list_id for a in audiences]
+    for name, seen in (("audience value", values), ("list", lists)):
+        twice = sorted({v for v in seen if seen.count(v) > 1})
+        if twice:
+            raise ValueError(f"audiences names the {name} {twice} more than once: each tier has its own")
+    both = sorted(set(lists) & set(exclude_lists))
+    if both:
+        raise ValueError(f"lists {both} are both kept by this programme and excluded from it")

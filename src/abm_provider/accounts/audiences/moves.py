@@ -1,0 +1,101 @@
+"""The moves table: one row per account a run moves between lists, removes as excluded, or keeps off.
+
+``<prefix>moves`` sits beside the list sync's state tables and is created by the audience sync only. A
+move is written with the plan, in the same transaction (the plan's removal from one list of the
+programme and addition to another of the same key), so the run's summary and log can say what moved
+from which tier to which even after the plan's rows are gone; a resumed run reads the same rows. The
+run log (``<prefix>log``) still holds each list's added and removed accounts with the service's answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from abm_provider.accounts.audiences import statements
+from abm_provider.accounts.audiences.statements import EXCLUDED_FROM, KEPT_OFF, MOVED
+from abm_provider.warehouse.schema import TableName
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from abm_provider.accounts.sync.database import StateDatabase
+    from abm_provider.accounts.sync.state import StateTables
+
+
+def moves_table(tables: StateTables) -> TableName:
+    """``<prefix>moves``, beside the state tables."""
+    return TableName(tables.members.schema, tables.members.name.removesuffix("members") + "moves")
+
+
+@dataclass
+class Moves:
+    """A run's moves on the programme's lists, counted: ``moved[(from, to)]``, and per list those
+    removed as excluded and those kept off it."""
+
+    moved: dict[tuple[str, str], int] = field(default_factory=dict)
+    excluded_from: dict[str, int] = field(default_factory=dict)
+    kept_off: dict[str, int] = field(default_factory=dict)
+
+    def moved_in(self, list_id: str) -> int:
+        """Accounts the run moves onto ``list_id`` from another list of the programme."""
+        return sum(n for (_, to), n in self.moved.items() if to == list_id)
+
+    def moved_out(self, list_id: str) -> int:
+        """Accounts the run moves off ``list_id`` to another list of the programme."""
+        return sum(n for (source, _), n in self.moved.items() if source == list_id)
+
+    def excluded(self, list_id: str) -> int:
+        """Accounts of ``list_id`` the run removes, or keeps off it, because they are excluded."""
+        return self.excluded_from.get(list_id, 0) + self.kept_off.get(list_id, 0)
+
+
+@dataclass(frozen=True)
+class MovesLog:
+    """Writes and reads the moves table of one programme's run."""
+
+    db: StateDatabase
+    tables: StateTables
+    run_id: str
+    list_ids: Sequence[str]
+
+    @property
+    def table(self) -> str:
+        return self.db.dialect.table_sql(moves_table(self.tables))
+
+    def create_sql(self) -> str:
+        return statements.create_moves(self.db.dialect, self.table)
+
+    def write(self, excluded: str, tiered: str, at: datetime) -> None:
+        """Replace the run's moves with what its plan (just written, same transaction) does."""
+        db, state = self.db, self.db.state_sql(self.tables)
+        db.execute(statements.delete_moves(self.table, self.run_id, self.list_ids))
+        db.execute(statements.insert_moved(state, self.table, self.run_id, self.list_ids, at))
+        db.execute(
+            statements.insert_excluded_from(state, self.table, excluded, self.run_id, self.list_ids, at)
+        )
+        db.execute(statements.insert_kept_off(state, self.table, tiered, self.run_id, self.list_ids, at))
+
+    def read(self) -> Moves:
+        """The run's moves, counted."""
+        moves = Moves()
+        for kind, source, target, count in self.db.rows(
+            statements.move_counts(self.table, self.run_id, self.list_ids)
+        ):
+            if kind == MOVED:
+                moves.moved[(str(source), str(target))] = int(count)
+            elif kind == EXCLUDED_FROM:
+                moves.excluded_from[str(source)] = int(count)
+            elif kind == KEPT_OFF:
+                moves.kept_off[str(target)] = int(count)
+        return moves
+
+    def sample(self, source: str, target: str, count: int) -> list[str]:
+        """Up to ``count`` accounts moved from ``source`` to ``target``, as ``id[@org]``."""
+        rows = self.db.rows(statements.move_sample(self.table, self.run_id, source, target, count))
+        return [f"{i}@{org}" if org else str(i) for i, org in rows]
+
+    def forget_before(self, before: datetime) -> Any:
+        """Drop moves logged before ``before``; how many went."""
+        return self.db.execute(statements.forget_moves(self.table, before))

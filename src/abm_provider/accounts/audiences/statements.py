@@ -1,0 +1,280 @@
+"""Statements of the audience sync (:mod:`~abm_provider.accounts.audiences.engine` runs them): the excluded
+accounts, the source's rows each given its list, the moves table and what it counts.
+
+``n`` is a numbered source row throughout, ``t`` a row of the tiered table, ``p`` and ``q`` plan rows.
+Every value is bound; only names the dialect quoted and numbers the sync made are written into the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from abm_provider.accounts.sync.statements.binding import Sql, join, sql, text, text_value, values
+from abm_provider.accounts.sync.statements.staging import RECORD
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from abm_provider.accounts.sync.statements.tables import StateSql
+    from abm_provider.warehouse.dialects import Dialect
+
+#: The columns the tiered table adds to the source's: the row's list (its audience's place in the
+#: priority order, from 1; ``NULL`` for an audience the programme does not map), its account's key as
+#: the lists record it, the best place any row of that account has, and whether it is excluded.
+LIST, ACCOUNT, ORG, BEST, EXCLUDED = "abm_list", "abm_account", "abm_org", "abm_best", "abm_excluded"
+#: Names a source column may not have: the tiered table's own.
+RESERVED = (RECORD, LIST, ACCOUNT, ORG, BEST, EXCLUDED)
+#: What the moves table says happened to an account: it left one list of the programme for another,
+#: it was removed from a list because it is excluded, or it was kept off the list its rows name.
+MOVED, EXCLUDED_FROM, KEPT_OFF = "moved", "excluded", "kept_off"
+#: The moves table's columns, in the order its rows are written.
+_MOVE_COLUMNS = text("run_id, kind, account_id, crm_org_id, from_list, to_list, logged_at")
+
+
+def excluded_columns(dialect: Dialect) -> str:
+    """The columns of the work table of excluded account ids."""
+    return f"account_id {dialect.text_sql(255)}"
+
+
+def trimmed(dialect: Dialect, column: str) -> str:
+    """A source column's value as text without the spaces around it, as the validator reads an id."""
+    return f"TRIM({dialect.cast_sql(column, 'TEXT')})"
+
+
+def insert_excluded(dialect: Dialect, excluded: str, rows: Sql, column: str) -> Sql:
+    """Add the ids in ``column`` of ``rows`` (a table, or a query in parentheses) to the excluded ones."""
+    value = trimmed(dialect, f"n.{dialect.quote(column)}")
+    return sql(
+        "INSERT INTO {excluded} (account_id) SELECT DISTINCT {value} FROM {rows} n "
+        "WHERE {value} IS NOT NULL AND {value} <> ''",
+        excluded=text(excluded),
+        value=text(value),
+        rows=rows,
+    )
+
+
+def insert_excluded_members(state: StateSql, excluded: str, list_ids: Sequence[str]) -> Sql:
+    """Add the accounts recorded on ``list_ids`` (lists another sync keeps) to the excluded ones."""
+    return state.sql(
+        "INSERT INTO {excluded} (account_id) SELECT DISTINCT m.account_id FROM {members} m "
+        "WHERE m.list_id IN ({lists})",
+        excluded=text(excluded),
+        lists=values(list(list_ids)),
+    )
+
+
+def tiered(
+    dialect: Dialect,
+    numbered: Sql,
+    excluded: str,
+    *,
+    audience: str,
+    values_in_order: Sequence[str],
+    id_column: str,
+    org_column: str | None,
+    default_org: str | None,
+) -> Sql:
+    """The ``SELECT`` of the tiered table: every numbered source row, with :data:`RESERVED`'s columns.
+
+    An account's rows may name several audiences; :data:`BEST` is the first of them in priority order,
+    over the account's key as the lists record it (the id, and the org or ``default_org`` or ``''``).
+    Audiences compare as text, so a numeric column matches ``"1"``.
+    """
+    place = join(
+        " ",
+        (
+            sql("WHEN {value} THEN {place}", value=text_value(dialect, value), place=text(str(i)))
+            for i, value in enumerate(values_in_order, start=1)
+        ),
+    )
+    org = text("''")
+    if org_column is not None:
+        found = text(f"NULLIF({trimmed(dialect, 'n.' + dialect.quote(org_column))}, '')")
+        org = sql("COALESCE({found}, {default}, '')", found=found, default=text_value(dialect, default_org))
+    elif default_org is not None:
+        org = text_value(dialect, default_org)
+    account = f"COALESCE({trimmed(dialect, 'n.' + dialect.quote(id_column))}, '')"
+    row = sql(
+        "SELECT n.*, CASE {audience} {place} END AS {list}, {account} AS {account_name}, "
+        "{org} AS {org_name}, CASE WHEN EXISTS (SELECT 1 FROM {excluded} x WHERE x.account_id = {account}) "
+        "THEN 1 ELSE 0 END AS {excluded_name} FROM {numbered} n",
+        audience=text(dialect.cast_sql("n." + dialect.quote(audience), "TEXT")),
+        place=place,
+        list=text(LIST),
+        account=text(account),
+        account_name=text(ACCOUNT),
+        org=org,
+        org_name=text(ORG),
+        excluded=text(excluded),
+        excluded_name=text(EXCLUDED),
+        numbered=numbered,
+    )
+    return sql(
+        "SELECT t.*, MIN(t.{list}) OVER (PARTITION BY t.{account}, t.{org}) AS {best} FROM ({row}) t",
+        list=text(LIST),
+        account=text(ACCOUNT),
+        org=text(ORG),
+        best=text(BEST),
+        row=row,
+    )
+
+
+def assigned(tiered_table: str, place: int, columns: str) -> str:
+    """The ``SELECT`` of the rows the list at ``place`` keeps: its audience's, of accounts no higher
+    audience names and none excluded (a row with no id stays, to be refused as the list sync refuses
+    it). Their record number first, then ``columns``. Text only (no value to bind), so the stager can
+    read it in place as it reads a table."""
+    return (
+        f"SELECT {RECORD}, {columns} FROM {tiered_table} WHERE {LIST} = {int(place)} "
+        f"AND {EXCLUDED} = 0 AND ({LIST} = {BEST} OR {ACCOUNT} = '')"
+    )
+
+
+def tier_counts(tiered_table: str) -> Sql:
+    """``(place, rows, kept, outranked, excluded)`` per place in the tiered table (``NULL``: unmapped)."""
+    return text(
+        f"SELECT {LIST}, COUNT(*), "
+        f"SUM(CASE WHEN {EXCLUDED} = 0 AND ({LIST} = {BEST} OR {ACCOUNT} = '') THEN 1 ELSE 0 END), "
+        f"SUM(CASE WHEN {ACCOUNT} <> '' AND {LIST} > {BEST} THEN 1 ELSE 0 END), "
+        f"SUM(CASE WHEN {EXCLUDED} = 1 AND {LIST} = {BEST} THEN 1 ELSE 0 END) "
+        f"FROM {tiered_table} GROUP BY {LIST}"
+    )
+
+
+def unmapped_sample(dialect: Dialect, tiered_table: str, audience: str, count: int) -> Sql:
+    """Up to ``count`` audience values of rows the programme does not map."""
+    value = dialect.cast_sql(dialect.quote(audience), "TEXT")
+    return text(
+        f"SELECT DISTINCT {value} FROM {tiered_table} WHERE {LIST} IS NULL ORDER BY 1 LIMIT {int(count)}"
+    )
+
+
+# ---- the moves table ---------------------------------------------------------------------------------
+
+
+def create_moves(dialect: Dialect, table: str) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` of the moves table: one row per account a run moved, removed as
+    excluded, or kept off."""
+    key, at = f"{dialect.text_sql(255)} NOT NULL", dialect.type_sql("TIMESTAMP")
+    name = dialect.text_sql(255)
+    return (
+        f"CREATE TABLE IF NOT EXISTS {table} (run_id {key}, kind {dialect.text_sql(8)} NOT NULL, "
+        f"account_id {key}, crm_org_id {key}, from_list {name}, to_list {name}, "
+        f"logged_at {at} NOT NULL{dialect.key_index_sql(['run_id'])})"
+    )
+
+
+def delete_moves(moves: str, run_id: str, list_ids: Sequence[str]) -> Sql:
+    """Forget what an earlier plan of this run said of the programme's lists (a dry or stopped run)."""
+    lists = values(list(list_ids))
+    return sql(
+        "DELETE FROM {moves} WHERE run_id = {run_id} AND (from_list IN ({lists}) OR to_list IN ({lists}))",
+        moves=text(moves),
+        run_id=run_id,
+        lists=lists,
+    )
+
+
+def insert_moved(state: StateSql, moves: str, run_id: str, list_ids: Sequence[str], at: datetime) -> Sql:
+    """Log each account the run's plan removes from one list of the programme and adds to another."""
+    lists = values(list(list_ids))
+    return state.sql(
+        "INSERT INTO {moves} ({columns}) "
+        "SELECT p.run_id, {moved}, p.account_id, p.crm_org_id, p.list_id, q.list_id, {at} "
+        "FROM {plan} p JOIN {plan} q ON q.run_id = p.run_id AND q.account_id = p.account_id "
+        "AND q.crm_org_id = p.crm_org_id AND q.action = 'add' AND q.list_id IN ({lists}) "
+        "WHERE p.run_id = {run_id} AND p.action = 'remove' AND p.list_id IN ({lists})",
+        moves=text(moves),
+        columns=_MOVE_COLUMNS,
+        moved=MOVED,
+        at=at,
+        lists=lists,
+        run_id=run_id,
+    )
+
+
+def insert_excluded_from(
+    state: StateSql, moves: str, excluded: str, run_id: str, list_ids: Sequence[str], at: datetime
+) -> Sql:
+    """Log each account the run's plan removes from a list of the programme because it is excluded."""
+    return state.sql(
+        "INSERT INTO {moves} ({columns}) "
+        "SELECT p.run_id, {change}, p.account_id, p.crm_org_id, p.list_id, NULL, {at} FROM {plan} p "
+        "WHERE p.run_id = {run_id} AND p.action = 'remove' AND p.list_id IN ({lists}) "
+        "AND EXISTS (SELECT 1 FROM {excluded} x WHERE x.account_id = p.account_id)",
+        moves=text(moves),
+        columns=_MOVE_COLUMNS,
+        change=EXCLUDED_FROM,
+        at=at,
+        run_id=run_id,
+        lists=values(list(list_ids)),
+        excluded=text(excluded),
+    )
+
+
+def insert_kept_off(
+    state: StateSql, moves: str, tiered_table: str, run_id: str, list_ids: Sequence[str], at: datetime
+) -> Sql:
+    """Log each excluded account of the source with the list its best audience names, unless the plan
+    removes it (a member is logged as removed, :func:`insert_excluded_from`)."""
+    dialect = state.dialect
+    place = join(
+        " ",
+        (
+            sql("WHEN {place} THEN {list_id}", place=text(str(i)), list_id=text_value(dialect, list_id))
+            for i, list_id in enumerate(list_ids, start=1)
+        ),
+    )
+    return state.sql(
+        "INSERT INTO {moves} ({columns}) "
+        "SELECT DISTINCT {run_id}, {change}, t.{account}, t.{org}, NULL, CASE t.{list} {place} END, {at} "
+        "FROM {tiered} t WHERE t.{excluded} = 1 AND t.{list} = t.{best} AND NOT EXISTS (SELECT 1 "
+        "FROM {plan} p WHERE p.run_id = {run} AND p.action = 'remove' AND p.list_id IN ({lists}) "
+        "AND p.account_id = t.{account} AND p.crm_org_id = t.{org})",
+        run=run_id,
+        lists=values(list(list_ids)),
+        moves=text(moves),
+        columns=_MOVE_COLUMNS,
+        run_id=text_value(dialect, run_id),
+        change=text_value(dialect, KEPT_OFF),
+        account=text(ACCOUNT),
+        org=text(ORG),
+        list=text(LIST),
+        place=place,
+        at=at,
+        tiered=text(tiered_table),
+        excluded=text(EXCLUDED),
+        best=text(BEST),
+    )
+
+
+def move_counts(moves: str, run_id: str, list_ids: Sequence[str]) -> Sql:
+    """``(kind, from_list, to_list, accounts)`` of the run's moves on the programme's lists."""
+    lists = values(list(list_ids))
+    return sql(
+        "SELECT kind, from_list, to_list, COUNT(*) FROM {moves} WHERE run_id = {run_id} "
+        "AND (from_list IN ({lists}) OR to_list IN ({lists})) GROUP BY kind, from_list, to_list",
+        moves=text(moves),
+        run_id=run_id,
+        lists=lists,
+    )
+
+
+def move_sample(moves: str, run_id: str, from_list: str, to_list: str, count: int) -> Sql:
+    """Up to ``count`` accounts the run moved from ``from_list`` to ``to_list``."""
+    return sql(
+        "SELECT account_id, crm_org_id FROM {moves} WHERE run_id = {run_id} AND kind = {moved} "
+        "AND from_list = {from_list} AND to_list = {to_list} ORDER BY account_id LIMIT {count}",
+        moves=text(moves),
+        run_id=run_id,
+        moved=MOVED,
+        from_list=from_list,
+        to_list=to_list,
+        count=text(str(int(count))),
+    )
+
+
+def forget_moves(moves: str, before: datetime) -> Sql:
+    """Drop the moves logged before ``before`` (the run log's retention)."""
+    return sql("DELETE FROM {moves} WHERE logged_at < {before}", moves=text(moves), before=before)

@@ -1,0 +1,330 @@
+"""The programme's source in the warehouse: each row given its list, excluded accounts marked, once a run.
+
+An audience sync reads one source whose audience column names each account's tier. Before any list
+is planned, the source is copied once into a work table of the state connection, the *tiered* table:
+
+- a table on the state connection is numbered as it is copied; a query there is run once, as
+  written, with its parameters, into a numbered work table first; any other source (another
+  connection, a file) is read through Python into a work table of text columns;
+- the exclusions (tables, queries or files of account ids, and lists another sync keeps, through
+  their recorded members) are gathered into a work table of ids first, so each row knows whether its
+  account is excluded;
+- each row gets its audience's place in the priority order and the best place any row of its account
+  has. A list then keeps only the rows of its place that are their account's best and not excluded
+  (:func:`~abm_provider.accounts.audiences.statements.assigned`), so no account is assigned to two
+  lists, and no excluded account to any.
+
+Each list's rows reach the list sync's planner as a
+:class:`~abm_provider.accounts.sync.work_source.StateQuerySource`,
+keeping their record numbers in the user's source.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from abm_provider.accounts.audiences import statements
+from abm_provider.accounts.sources import SqlSource
+from abm_provider.accounts.sync.statements.binding import Sql, text
+from abm_provider.accounts.sync.statements.staging import RECORD
+from abm_provider.accounts.sync.statements.tables import WORK_PREFIX, create_work_table, drop_table
+from abm_provider.accounts.sync.work_source import StateQuerySource
+from abm_provider.common.sql import one_statement
+from abm_provider.warehouse.schema import TableName
+
+if TYPE_CHECKING:
+    from abm_provider.accounts.sources import AccountSource
+    from abm_provider.accounts.sync.database import StateDatabase
+    from abm_provider.accounts.sync.state import StateTables
+    from abm_provider.accounts.validation import AccountValidator
+
+#: Audience values shown when rows name audiences the programme does not map.
+_SAMPLE = 5
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """Accounts kept off every list of the programme: the ids in ``id_column`` of ``source``."""
+
+    source: AccountSource
+    id_column: str
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One place of the tiered table: how many source rows name its audience, how many its list keeps,
+    how many lose to a higher audience of the same account, and how many are excluded."""
+
+    rows: int = 0
+    kept: int = 0
+    outranked: int = 0
+    excluded: int = 0
+
+
+@dataclass
+class Tiered:
+    """The tiered table of one run: its name, the source's columns, and the rows per place."""
+
+    table: str
+    columns: list[str]
+    rows: int
+    tiers: dict[int, Tier] = field(default_factory=dict)
+    unmapped: int = 0
+    unmapped_values: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Tiering:
+    """Builds and drops one run's tiered table and the work tables behind it.
+
+    ``values``: the audience values in priority order (the first is the highest); ``list_ids`` the
+    lists in the same order.
+    """
+
+    db: StateDatabase
+    tables: StateTables
+    validator: AccountValidator
+    column: str
+    values: Sequence[str]
+    exclusions: Sequence[Exclusion]
+    exclude_lists: Sequence[str]
+    log: logging.Logger | Any
+    stage_rows: int = 50_000
+    _made: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        token = uuid.uuid4().hex[:12]
+        self.excluded = self._name(f"excl_{token}")
+        self.copied = self._name(f"rows_{token}")
+        self.tiered = self._name(f"tiers_{token}")
+
+    def _name(self, table: str) -> str:
+        dialect = self.db.dialect
+        if dialect.capabilities.temporary_tables:
+            return f"{WORK_PREFIX}{table}"
+        return dialect.table_sql(TableName(self.tables.members.schema, f"{WORK_PREFIX}{table}"))
+
+    def _create(self, table: str, columns: str) -> None:
+        with self.db.transaction():
+            self.db.execute(create_work_table(self.db.dialect, table, columns))
+        self._made.append(table)
+
+    def drop(self) -> None:
+        """Drop every work table this run made."""
+        for table in reversed(self._made):
+            self.db.execute(drop_table(table))
+        self._made.clear()
+
+    # ---- building ------------------------------------------------------------------------------
+
+    def build(self, source: AccountSource) -> Tiered:
+        """Gather the exclusions, copy the source, and make the tiered table; return what it holds."""
+        started = time.monotonic()
+        dialect = self.db.dialect
+        self._create(self.excluded, statements.excluded_columns(dialect))
+        for exclusion in self.exclusions:
+            self._exclude(exclusion)
+        if self.exclude_lists:
+            state = self.db.state_sql(self.tables)
+            with self.db.transaction():
+                self.db.execute(statements.insert_excluded_members(state, self.excluded, self.exclude_lists))
+        numbered = self._numbered(source)
+        columns = [name for name, _ in dialect.described_columns(self.db.cur, numbered)][1:]
+        self._check_columns(columns, source.description)
+        org = self.validator.column_map.get("crmOrgId")
+        select = statements.tiered(
+            dialect,
+            text(numbered),
+            self.excluded,
+            audience=self.column,
+            values_in_order=self.values,
+            id_column=self.validator.id_column,
+            org_column=org if org in columns and "crmOrgId" in self.validator.fields else None,
+            default_org=self.validator.default_crm_org_id,
+        )
+        with self.db.transaction():
+            self.db.execute(text(f"CREATE {self._kind()} {self.tiered} AS ") + select)
+        self._made.append(self.tiered)
+        self.db.analyze(self.tiered)
+        tiered = self._count(columns)
+        self.log.info(
+            "Audiences: %d source rows tiered in %.1f s (%s)",
+            tiered.rows,
+            time.monotonic() - started,
+            ", ".join(
+                f"{value}: {tiered.tiers.get(i, Tier()).kept} kept"
+                for i, value in enumerate(self.values, start=1)
+            ),
+        )
+        return tiered
+
+    def _kind(self) -> str:
+        return "TEMPORARY TABLE" if self.db.dialect.capabilities.temporary_tables else "TABLE"
+
+    def source_of(self, tiered: Tiered, place: int) -> StateQuerySource:
+        """The rows the list at ``place`` keeps, as its planner reads them."""
+        quoted = ", ".join(self.db.dialect.quote(c) for c in tiered.columns)
+        relation = statements.assigned(tiered.table, place, quoted)
+        return StateQuerySource(
+            self.db, relation, tiered.columns, f"audience {self.values[place - 1]!r}'s rows", self.stage_rows
+        )
+
+    def _check_columns(self, columns: list[str], description: str) -> None:
+        """Refuse a source without the audience column or the id column, or with a column the tiered
+        table names itself, before anything is planned."""
+        if self.column not in columns:
+            raise ValueError(
+                f"The {description} has no audience column {self.column!r} (columns: {columns}); set "
+                "audience_column to the column that names each account's audience"
+            )
+        self.validator.check_columns(columns, description)
+        taken = sorted(set(columns) & set(statements.RESERVED))
+        if taken:
+            raise ValueError(
+                f"The {description} has columns {taken}, names the audience sync gives its own work "
+                "columns; rename them in the source"
+            )
+
+    def _count(self, columns: list[str]) -> Tiered:
+        """The rows per place of the tiered table, and a sample of the audiences not mapped."""
+        tiered = Tiered(self.tiered, columns, 0)
+        for place, rows, kept, outranked, excluded in self.db.rows(statements.tier_counts(self.tiered)):
+            tiered.rows += int(rows)
+            if place is None:
+                tiered.unmapped = int(rows)
+                continue
+            tiered.tiers[int(place)] = Tier(
+                int(rows), int(kept or 0), int(outranked or 0), int(excluded or 0)
+            )
+        if tiered.unmapped:
+            sample = self.db.rows(
+                statements.unmapped_sample(self.db.dialect, self.tiered, self.column, _SAMPLE)
+            )
+            tiered.unmapped_values = [str(r[0]) for r in sample]
+            self.log.warning(
+                "Audiences: %d source rows name an audience the programme does not map (e.g. %s); they "
+                "are on no list",
+                tiered.unmapped,
+                tiered.unmapped_values,
+            )
+        return tiered
+
+    # ---- the source, numbered --------------------------------------------------------------------
+
+    def _numbered(self, source: AccountSource) -> str:
+        """The source as a numbered relation on the state connection (record number first)."""
+        dialect = self.db.dialect
+        conn_id = dialect.conn_id
+        query = source.query_on(conn_id, dialect) if isinstance(source, SqlSource) and conn_id else None
+        if query is not None and query.is_table and dialect.embeddable(query.text):
+            return f"({dialect.numbered_sql(query.text, RECORD)})"
+        if query is not None:
+            statement = one_statement(query.text)
+            if statement is not None and self._copy_query(statement, query.parameters):
+                return self.copied
+        return self._copy_in_python(source)
+
+    def _copy_query(self, statement: str, parameters: Any) -> bool:
+        """Run the user's query once, as written, into the numbered work table; whether it could."""
+        try:
+            with self.db.transaction():
+                self.db.run_query(
+                    self.db.dialect.numbered_copy_sql(self.copied, statement, RECORD), parameters
+                )
+        except Exception as err:
+            first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            self.log.info("Audiences: the warehouse could not copy the source query's rows (%s)", first_line)
+            return False
+        self._made.append(self.copied)
+        return True
+
+    def _copy_in_python(self, source: AccountSource) -> str:
+        """Read the source through its own connection or file into a work table of text columns.
+
+        The columns are stored under plain names (``abm_c1``...) and read back under the source's,
+        whatever characters those hold.
+        """
+        with source.open() as opened:
+            if opened.columns is None:
+                raise ValueError(f"The {source.description} has no fixed columns; an audience needs them")
+            columns = list(opened.columns)
+            plain = [f"abm_c{i}" for i in range(1, len(columns) + 1)]
+            long_text = self.db.dialect.text_sql()
+            self._create(self.copied, ", ".join([f"{RECORD} BIGINT", *(f"{c} {long_text}" for c in plain)]))
+            names = [RECORD, *plain]
+            count = 0
+            for chunk in _chunks(opened.rows, self.stage_rows):
+                with self.db.transaction():
+                    self.db.stage(
+                        self.copied, names, [(r.row_number, *_texts(r.data, columns)) for r in chunk]
+                    )
+                count += len(chunk)
+            self.log.info("Audiences: %d source rows read into the warehouse", count)
+        quote = self.db.dialect.quote
+        renamed = ", ".join(f"{p} AS {quote(c)}" for p, c in zip(plain, columns, strict=True))
+        return f"(SELECT {RECORD}, {renamed} FROM {self.copied})"
+
+    def _exclude(self, exclusion: Exclusion) -> None:
+        """Add one exclusion source's ids to the excluded ones: in SQL on the state connection, else
+        through Python."""
+        dialect = self.db.dialect
+        conn_id = dialect.conn_id
+        source = exclusion.source
+        query = source.query_on(conn_id, dialect) if isinstance(source, SqlSource) and conn_id else None
+        statement = None if query is None else one_statement(query.text)
+        if query is not None and query.is_table and dialect.embeddable(query.text):
+            rows: Sql = text(f"({query.text})")
+            with self.db.transaction():
+                self.db.execute(statements.insert_excluded(dialect, self.excluded, rows, exclusion.id_column))
+            return
+        if query is not None and statement is not None:
+            copy = self._name(f"xsrc_{uuid.uuid4().hex[:12]}")
+            try:
+                with self.db.transaction():
+                    self.db.run_query(dialect.numbered_copy_sql(copy, statement, RECORD), query.parameters)
+            except Exception as err:
+                first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+                self.log.info("Audiences: the exclusion query could not be copied (%s)", first_line)
+            else:
+                self._made.append(copy)
+                with self.db.transaction():
+                    self.db.execute(
+                        statements.insert_excluded(dialect, self.excluded, text(copy), exclusion.id_column)
+                    )
+                return
+        with source.open() as opened:
+            if opened.columns is not None and exclusion.id_column not in opened.columns:
+                raise ValueError(
+                    f"The exclusion's {source.description} has no column {exclusion.id_column!r} (columns: "
+                    f"{opened.columns}); set its id_column"
+                )
+            for chunk in _chunks(opened.rows, self.stage_rows):
+                ids = [(str(v).strip(),) for v in (_value(r.data, exclusion.id_column) for r in chunk) if v]
+                with self.db.transaction():
+                    self.db.stage(self.excluded, ["account_id"], [i for i in ids if i[0]])
+
+
+def _chunks(rows: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _value(data: Any, column: str) -> Any:
+    return data.get(column) if isinstance(data, dict) else None
+
+
+def _texts(data: Any, columns: Sequence[str]) -> list[str | None]:
+    """A source row's values in ``columns`` order, as text (``None`` stays ``NULL``)."""
+    values = data if isinstance(data, dict) else {}
+    return [None if (v := values.get(c)) is None else str(v) for c in columns]

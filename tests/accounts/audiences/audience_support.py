@@ -1,0 +1,75 @@
+"""The audience-sync tests' helpers: a model table of tiers, the programme's operator, and what the
+service holds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from abm_provider.operators.audiences import AccountAudienceSyncOperator
+from accounts.sync.sync_support import COLUMN_MAP, ORG, account_id, context, make_list, member_ids
+from support.warehouses import Warehouse
+
+CONN_ID = "abm_warehouse"
+MODEL_COLUMNS = ["account_id", "account_name", "crm_org_id", "tier"]
+TIERS = ("tier_1", "tier_2", "tier_3")
+
+
+def model_rows(tiers: dict[str, Iterable[int]]) -> list[tuple[str, str, str, str]]:
+    """Rows of the model table: each account number under each tier that names it."""
+    return [(account_id(n), f"Account {n}", ORG, tier) for tier, numbers in tiers.items() for n in numbers]
+
+
+def write_model(warehouse: Warehouse, tiers: dict[str, Iterable[int]], customers: Iterable[int]) -> None:
+    """Replace the model table and the customers table (the exclusion)."""
+    warehouse.replace_table("model", MODEL_COLUMNS, model_rows(tiers))
+    warehouse.replace_table("customers", ["account_id"], [(account_id(n),) for n in customers])
+
+
+def make_lists(prefix: str = "Tier") -> dict[str, str]:
+    """A new list per tier: ``{tier: list id}``."""
+    return {tier: make_list(f"{prefix} {tier}") for tier in TIERS}
+
+
+def operator(warehouse: Warehouse, lists: dict[str, Any], **kwargs: Any) -> AccountAudienceSyncOperator:
+    kwargs.setdefault("table", warehouse.name("model"))
+    kwargs.setdefault("exclusions", [{"table": warehouse.name("customers")}])
+    return AccountAudienceSyncOperator(
+        task_id="audiences",
+        audiences=lists,
+        audience_column="tier",
+        column_map=COLUMN_MAP,
+        sql_conn_id=CONN_ID,
+        state_schema=warehouse.schema,
+        max_attempts=1,
+        **kwargs,
+    )
+
+
+def sync(warehouse: Warehouse, lists: dict[str, Any], run_id: str, **kwargs: Any) -> dict[str, Any]:
+    result: dict[str, Any] = operator(warehouse, lists, **kwargs).execute(context(run_id))
+    return result
+
+
+def on_service(abm: Any, lists: dict[str, str]) -> dict[str, set[str]]:
+    """Each tier's members as the service has them."""
+    return {tier: member_ids(abm, list_id) for tier, list_id in lists.items()}
+
+
+def ids(numbers: Iterable[int]) -> set[str]:
+    return {account_id(n) for n in numbers}
+
+
+def membership_posts(abm: Any) -> list[tuple[str, str, list[str]]]:
+    """``(action, list id, account ids)`` of each add or remove request, in the order they arrived."""
+    found = []
+    for seen in abm.requests_seen():
+        path = str(seen.get("path", "")).split("?", 1)[0]
+        if seen.get("method") != "POST":
+            continue
+        for action in ("add", "remove"):
+            if path.endswith(f"/accounts/{action}"):
+                list_id = path.split("/accountLists/")[-1].split("/", 1)[0]
+                accounts = [a["id"] for a in (seen.get("body") or {}).get("accounts", [])]
+                found.append((action, list_id, accounts))
+    return found

@@ -1,0 +1,182 @@
+"""The audience sync against the emulator, on DuckDB, PostgreSQL and MariaDB: what the service holds
+after each run (its admin state) and the order its requests arrived in (its request log)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from audience_support import (
+    TIERS,
+    ids,
+    make_lists,
+    membership_posts,
+    on_service,
+    sync,
+    write_model,
+)
+
+from abm_provider.exceptions import SyncGuardTripped
+from abm_provider.hooks.abm import AbmHook
+from accounts.sync.sync_support import account_id, clear_requests, context
+from accounts.sync.sync_support import operator as list_sync_operator
+from support.warehouses import Warehouse
+
+#: Run 1: account 3 is named by tier 1 and tier 2 (it goes to tier 1); 20 and 21 are customers.
+FIRST = {"tier_1": range(1, 6), "tier_2": [3, *range(6, 16)], "tier_3": range(16, 31)}
+FIRST_CUSTOMERS = [20, 21, 99]
+#: Run 2: 7 promoted to tier 1, 2 demoted to tier 3, 8 becomes a customer, 25 leaves the model.
+SECOND = {
+    "tier_1": [1, 3, 4, 5, 7],
+    "tier_2": [3, 6, *range(8, 16)],
+    "tier_3": [2, *(n for n in range(16, 31) if n != 25)],
+}
+SECOND_CUSTOMERS = [8, 20, 21, 99]
+
+
+def expected(tiers: dict[str, Any], customers: list[int]) -> dict[str, set[str]]:
+    """Each tier's accounts: those whose highest tier it is, less the customers."""
+    placed: set[int] = set()
+    result = {}
+    for tier in TIERS:
+        mine = {n for n in tiers[tier] if n not in placed and n not in customers}
+        placed |= set(tiers[tier])
+        result[tier] = ids(mine)
+    return result
+
+
+def assert_one_tier_each(held: dict[str, set[str]], customers: list[int]) -> None:
+    seen: dict[str, str] = {}
+    for tier, members in held.items():
+        for member in members:
+            assert member not in seen, f"{member} is on {seen[member]} and {tier}"
+            seen[member] = tier
+    assert not set(seen) & ids(customers)
+
+
+def test_runs_keep_each_account_on_one_tier_and_customers_on_none(abm: Any, warehouse: Warehouse) -> None:
+    lists = make_lists()
+    write_model(warehouse, FIRST, FIRST_CUSTOMERS)
+    first = sync(warehouse, lists, "run-1")
+    held = on_service(abm, lists)
+    assert held == expected(FIRST, FIRST_CUSTOMERS)
+    assert_one_tier_each(held, FIRST_CUSTOMERS)
+    assert first["totals"]["added"] == sum(len(v) for v in held.values())
+    assert [e["audience"] for e in first["lists"]] == list(TIERS)
+    kept_off = {e["audience"]: e["excluded"] for e in first["lists"]}
+    assert kept_off == {"tier_1": 0, "tier_2": 0, "tier_3": 2}
+
+    write_model(warehouse, SECOND, SECOND_CUSTOMERS)
+    clear_requests(abm)
+    second = sync(warehouse, lists, "run-2")
+    held = on_service(abm, lists)
+    assert held == expected(SECOND, SECOND_CUSTOMERS)
+    assert_one_tier_each(held, SECOND_CUSTOMERS)
+    moves = {(m["from"], m["to"]): m["accounts"] for m in second["moves"]}
+    assert moves == {("tier_2", "tier_1"): 1, ("tier_1", "tier_3"): 1}
+    entries = {e["audience"]: e for e in second["lists"]}
+    assert (entries["tier_1"]["moved_in"], entries["tier_1"]["moved_out"]) == (1, 1)
+    assert entries["tier_2"]["excluded"] == 1  # 8 became a customer: removed from tier 2
+    assert entries["tier_3"]["removed"] == 1  # 25 left the model
+    # Every removal arrived before the first addition: 7 left tier 2 before it joined tier 1.
+    posts = membership_posts(abm)
+    actions = [action for action, _, _ in posts]
+    assert actions == sorted(actions, key=lambda a: a != "remove")
+    removed_7 = next(i for i, p in enumerate(posts) if p[0] == "remove" and account_id(7) in p[2])
+    added_7 = next(i for i, p in enumerate(posts) if p[0] == "add" and account_id(7) in p[2])
+    assert (posts[removed_7][1], posts[added_7][1]) == (lists["tier_2"], lists["tier_1"])
+    assert removed_7 < added_7
+
+    # The same lists as three list syncs over disjoint queries give.
+    separate = make_lists("Separate")
+    customers = warehouse.name("customers")
+    for tier, list_id in separate.items():
+        higher = [t for t in TIERS if t < tier]
+        outranked = "".join(
+            f" AND account_id NOT IN (SELECT account_id FROM {warehouse.name('model')} WHERE tier = '{t}')"
+            for t in higher
+        )
+        query = (
+            f"SELECT account_id, account_name, crm_org_id FROM {warehouse.name('model')} WHERE tier = "
+            f"'{tier}' AND account_id NOT IN (SELECT account_id FROM {customers}){outranked}"
+        )
+        list_sync_operator(warehouse, list_id, sql=query).execute(context("separate"))
+    assert on_service(abm, separate) == held
+
+
+def test_a_run_stopped_between_a_removal_and_its_addition_converges_on_rerun(
+    abm: Any, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lists = make_lists()
+    write_model(warehouse, FIRST, FIRST_CUSTOMERS)
+    sync(warehouse, lists, "run-1")
+    write_model(warehouse, SECOND, SECOND_CUSTOMERS)
+    send = AbmHook.change_membership
+
+    def dies_on_add(self: AbmHook, action: str, *args: Any, **kwargs: Any) -> Any:
+        if action == "add":
+            raise SystemExit("the worker died between the removals and the additions")
+        return send(self, action, *args, **kwargs)
+
+    monkeypatch.setattr(AbmHook, "change_membership", dies_on_add)
+    with pytest.raises(SystemExit):
+        sync(warehouse, lists, "run-2")
+    held = on_service(abm, lists)
+    assert account_id(7) not in held["tier_1"] | held["tier_2"]  # off both, never on two
+    assert_one_tier_each(held, SECOND_CUSTOMERS)
+
+    monkeypatch.setattr(AbmHook, "change_membership", send)
+    clear_requests(abm)
+    rerun = sync(warehouse, lists, "run-2")
+    assert on_service(abm, lists) == expected(SECOND, SECOND_CUSTOMERS)
+    assert all(action == "add" for action, _, _ in membership_posts(abm))  # the removals were recorded
+    assert {(m["from"], m["to"]) for m in rerun["moves"]} == {("tier_2", "tier_1"), ("tier_1", "tier_3")}
+
+
+def test_an_emptied_tier_trips_the_guard_with_nothing_sent_on_any_list(
+    abm: Any, warehouse: Warehouse
+) -> None:
+    lists = make_lists()
+    write_model(warehouse, FIRST, FIRST_CUSTOMERS)
+    sync(warehouse, lists, "run-1")
+    before = on_service(abm, lists)
+    broken = {**SECOND, "tier_2": []}  # an upstream fault empties tier 2; tier 1 and 3 still change
+    write_model(warehouse, broken, SECOND_CUSTOMERS)
+    clear_requests(abm)
+    with pytest.raises(SyncGuardTripped, match=r"audience 'tier_2'.*nothing was sent") as tripped:
+        sync(warehouse, lists, "run-2", max_removals=None)
+    assert tripped.value.guard == "allow_empty_source"
+    assert membership_posts(abm) == []
+    assert on_service(abm, lists) == before
+
+
+def test_a_programme_wide_share_of_removals_trips_max_removals(abm: Any, warehouse: Warehouse) -> None:
+    lists = make_lists()
+    write_model(warehouse, FIRST, FIRST_CUSTOMERS)
+    sync(warehouse, lists, "run-1")
+    write_model(warehouse, {"tier_1": range(1, 6), "tier_2": range(6, 9), "tier_3": range(16, 19)}, [])
+    clear_requests(abm)
+    with pytest.raises(SyncGuardTripped, match="the programme: the plan removes 17 of the 28"):
+        sync(warehouse, lists, "run-2", max_removals=0.5)
+    assert membership_posts(abm) == []
+
+
+def test_a_dry_run_sends_nothing_and_shows_the_moves(abm: Any, warehouse: Warehouse) -> None:
+    lists = make_lists()
+    write_model(warehouse, FIRST, FIRST_CUSTOMERS)
+    sync(warehouse, lists, "run-1")
+    before = on_service(abm, lists)
+    write_model(warehouse, SECOND, SECOND_CUSTOMERS)
+    clear_requests(abm)
+    preview = sync(warehouse, lists, "dry", dry_run=True)
+    assert membership_posts(abm) == []
+    assert on_service(abm, lists) == before
+    assert preview["dry_run"] is True
+    assert {(m["from"], m["to"]): m["accounts"] for m in preview["moves"]} == {
+        ("tier_2", "tier_1"): 1,
+        ("tier_1", "tier_3"): 1,
+    }
+    assert preview["totals"]["to_remove"] == 4  # 7 and 2 move, 8 is excluded, 25 left
+    # The real run after it plans again and converges.
+    sync(warehouse, lists, "run-2")
+    assert on_service(abm, lists) == expected(SECOND, SECOND_CUSTOMERS)

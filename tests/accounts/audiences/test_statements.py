@@ -1,0 +1,185 @@
+"""``abm_provider.accounts.audiences.statements``: every statement of the audience sync renders for every
+registered dialect, in every parameter style, with each value bound at its place and none written into
+the text.
+
+Whether the SQL runs is the audience engine suite's to show (DuckDB, PostgreSQL, MariaDB); here each
+statement is built without a connection, so a dialect added to the registry is covered at once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from datetime import datetime
+from typing import Any, get_args
+
+import pytest
+
+from abm_provider.accounts.audiences import statements
+from abm_provider.accounts.audiences.moves import moves_table
+from abm_provider.accounts.sync.state import StateTables
+from abm_provider.accounts.sync.statements.binding import Sql, sql, text
+from abm_provider.accounts.sync.statements.tables import StateSql, WorkTables
+from abm_provider.warehouse.dialects import DIALECTS, GENERIC, Dialect, _load
+from abm_provider.warehouse.dialects.capabilities import ParamStyle
+from abm_provider.warehouse.dialects.generic import GenericDialect
+from abm_provider.warehouse.schema import TableName
+
+REGISTERED = sorted({*DIALECTS.values(), GENERIC})
+STYLES: tuple[ParamStyle, ...] = get_args(ParamStyle)
+#: Values no statement holds as text: each must reach the driver bound. A quote would end a literal
+#: written into the text, and a ``?`` would be read as a marker.
+LIST_ID = "list'1"
+RUN_ID = "run?2"
+OTHER_LIST = "list?3"
+TIERS = ("tier'A", "tier?B")
+ORG = "org'C"
+AT = datetime(2026, 1, 2, 3, 4, 5)
+LISTS = [LIST_ID, OTHER_LIST]
+VALUES = (LIST_ID, RUN_ID, OTHER_LIST, *TIERS, ORG)
+TABLES = StateTables.named("abm_sync_", "state")
+#: The functions that return SQL text with no value to bind (read in place, or a table's columns).
+TEXT_FUNCTIONS = {"excluded_columns", "trimmed", "assigned", "create_moves"}
+
+
+def _dialect(path: str) -> Dialect:
+    return _load(path)(None)
+
+
+def _work(dialect: Dialect, name: str) -> str:
+    """A work table's name as the audience sync writes it."""
+    if dialect.capabilities.temporary_tables:
+        return f"abm_sync_{name}"
+    return dialect.table_sql(TableName("state", f"abm_sync_{name}"))
+
+
+def _every_statement(dialect: Dialect) -> dict[str, tuple[Sql, tuple[Any, ...]]]:
+    """Every statement function, called once (``tiered`` once per way it finds an account's org), by
+    name, with the values it was given to bind."""
+    state = StateSql.of(dialect, TABLES)
+    numbered = text(WorkTables.new(dialect, "state").numbered)
+    excluded, tiered_table = _work(dialect, "excl"), _work(dialect, "tiered")
+    moves = dialect.table_sql(moves_table(TABLES))
+    rows = sql("(SELECT * FROM src WHERE list_id = {list_id})", list_id=LIST_ID)
+    tiered: dict[str, Any] = {"dialect": dialect, "numbered": numbered, "excluded": excluded}
+    tiered |= {"audience": "tier", "values_in_order": TIERS, "id_column": "account id"}
+    return {
+        "insert_excluded": (statements.insert_excluded(dialect, excluded, rows, "account id"), (LIST_ID,)),
+        "insert_excluded_members": (
+            statements.insert_excluded_members(state, excluded, LISTS),
+            (LIST_ID, OTHER_LIST),
+        ),
+        "tiered": (statements.tiered(**tiered, org_column="org", default_org=ORG), (*TIERS, ORG)),
+        "tiered default_org": (statements.tiered(**tiered, org_column=None, default_org=ORG), (*TIERS, ORG)),
+        "tiered no org": (statements.tiered(**tiered, org_column=None, default_org=None), TIERS),
+        "tier_counts": (statements.tier_counts(tiered_table), ()),
+        "unmapped_sample": (statements.unmapped_sample(dialect, tiered_table, "tier", 5), ()),
+        "delete_moves": (statements.delete_moves(moves, RUN_ID, LISTS), (RUN_ID, LIST_ID, OTHER_LIST)),
+        "insert_moved": (
+            statements.insert_moved(state, moves, RUN_ID, LISTS, AT),
+            (RUN_ID, LIST_ID, OTHER_LIST, AT),
+        ),
+        "insert_excluded_from": (
+            statements.insert_excluded_from(state, moves, excluded, RUN_ID, LISTS, AT),
+            (RUN_ID, LIST_ID, OTHER_LIST, AT),
+        ),
+        "insert_kept_off": (
+            statements.insert_kept_off(state, moves, tiered_table, RUN_ID, LISTS, AT),
+            (RUN_ID, LIST_ID, OTHER_LIST, AT),
+        ),
+        "move_counts": (statements.move_counts(moves, RUN_ID, LISTS), (RUN_ID, LIST_ID, OTHER_LIST)),
+        "move_sample": (
+            statements.move_sample(moves, RUN_ID, LIST_ID, OTHER_LIST, 5),
+            (RUN_ID, LIST_ID, OTHER_LIST),
+        ),
+        "forget_moves": (statements.forget_moves(moves, AT), (AT,)),
+    }
+
+
+def _texts(dialect: Dialect) -> dict[str, Any]:
+    """What each SQL-text function returns, by name."""
+    return {
+        "excluded_columns": statements.excluded_columns(dialect),
+        "trimmed": statements.trimmed(dialect, dialect.quote("account id")),
+        "assigned": statements.assigned(_work(dialect, "tiered"), 2, '"a", "b"'),
+        "create_moves": statements.create_moves(dialect, dialect.table_sql(moves_table(TABLES))),
+    }
+
+
+def test_every_public_function_of_the_module_is_rendered_here() -> None:
+    """A statement added to the module and not here would go unchecked on the dialects below."""
+    dialect = GenericDialect(None)
+    wanted = {
+        name
+        for name, function in inspect.getmembers(statements, inspect.isfunction)
+        if function.__module__ == statements.__name__ and not name.startswith("_")
+    }
+    rendered = {name.partition(" ")[0] for name in _every_statement(dialect)}
+    assert rendered.isdisjoint(TEXT_FUNCTIONS)
+    assert wanted == rendered | set(_texts(dialect))
+
+
+@pytest.mark.parametrize("path", REGISTERED, ids=lambda path: path.rpartition(".")[2])
+@pytest.mark.parametrize("style", STYLES)
+def test_each_statement_renders_for_every_registered_dialect_with_its_values_bound(
+    path: str, style: ParamStyle
+) -> None:
+    dialect = _dialect(path)
+    marks = {"qmark": r"\?", "format": "%s", "named": r":p\d+", "pyformat": r"%\(p\d+\)s"}[style]
+    for name, (statement, given) in _every_statement(dialect).items():
+        sql_text, params = statement.bound(style)
+        assert not [v for v in VALUES if v in sql_text], name
+        assert not re.search(r"\{[a-z_]+\}", sql_text), name  # no template field left
+        found = re.findall(marks, sql_text)
+        assert len(found) == len(params), name
+        bound = list(params.values()) if isinstance(params, dict) else params
+        if isinstance(params, dict):
+            assert [m.strip(":%()s") for m in found] == list(params), name
+        assert all(value in bound for value in given), name
+
+
+@pytest.mark.parametrize("path", REGISTERED, ids=lambda path: path.rpartition(".")[2])
+def test_the_sql_text_functions_give_text_with_no_value_in_it(path: str) -> None:
+    dialect = _dialect(path)
+    for name, written in _texts(dialect).items():
+        assert isinstance(written, str), name
+        assert not [v for v in VALUES if v in written], name
+        assert not re.search(r"\{[a-z_]+\}", written), name
+    assigned = statements.assigned("t", 2, "a")
+    assert f"WHERE {statements.LIST} = 2 AND {statements.EXCLUDED} = 0" in assigned
+
+
+def _params(statement: Sql) -> list[Any]:
+    found = statement.bound("qmark")[1]
+    assert isinstance(found, list)
+    return found
+
+
+@pytest.mark.parametrize("path", REGISTERED, ids=lambda path: path.rpartition(".")[2])
+def test_the_audiences_are_bound_in_priority_order_each_given_its_place(path: str) -> None:
+    """The place a row's audience is given is its list's place in the programme: the n-th value bound
+    is compared against, and stands for, place n."""
+    dialect = _dialect(path)
+    statement = _every_statement(dialect)["tiered"][0]
+    sql_text = statement.bound("qmark")[0]
+    assert _params(statement) == [*TIERS, ORG]
+    whens = re.findall(r"WHEN (.*?) THEN (\d+)", sql_text.split(" END AS ")[0])
+    assert [place for _, place in whens] == ["1", "2"]
+    assert all("?" in value for value, _ in whens)
+
+
+def test_a_kept_off_account_is_logged_with_its_best_audience_s_list_bound_in_order() -> None:
+    state = StateSql.of(GenericDialect(None), TABLES)
+    statement = statements.insert_kept_off(state, "moves", "tiered", RUN_ID, LISTS, AT)
+    assert _params(statement) == [RUN_ID, statements.KEPT_OFF, LIST_ID, OTHER_LIST, AT, RUN_ID, *LISTS]
+    sql_text = statement.bound("qmark")[0]
+    assert re.search(r"WHEN 1 THEN .*\?.* WHEN 2 THEN .*\?", sql_text)
+
+
+def test_a_move_sample_s_count_is_written_as_a_number_only() -> None:
+    statement = statements.move_sample("moves", RUN_ID, LIST_ID, OTHER_LIST, 7)
+    sql_text, params = statement.bound("format")
+    assert sql_text.endswith("ORDER BY account_id LIMIT 7")
+    assert params == [RUN_ID, statements.MOVED, LIST_ID, OTHER_LIST]
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        statements.move_sample("moves", RUN_ID, LIST_ID, OTHER_LIST, "7; DROP TABLE x")  # type: ignore[arg-type]
