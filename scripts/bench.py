@@ -1,6 +1,6 @@
 """`make bench`: the provider against the ceiling and against what users write by hand.
 
-Six sections, each against a real emulator process on free loopback ports (issue 8):
+Seven sections, each against a real emulator process on free loopback ports (issue 8):
 
 1. ``export``: a TACTIC_PERFORMANCE export downloaded and loaded into DuckDB and PostgreSQL by one
    ``ExecutionCsvToSqlOperator`` given the execution (the example DAG; it loads while it downloads),
@@ -20,22 +20,28 @@ Six sections, each against a real emulator process on free loopback ports (issue
 6. ``cloud``: a 100 MiB export loaded into Snowflake (fakesnow) and into BigQuery (bqemulator), each by
    its bulk path and by the generic ``executemany`` path, each into an empty database or dataset: the
    ratio of the two per warehouse.
+7. ``audiences``: ``AccountAudienceSyncOperator`` tiering 1,000,000 accounts over three lists (10%, 30%,
+   60%), 50,000 customers excluded, state tables beside them (DuckDB, then PostgreSQL): the first run
+   into three empty lists beside the bare request loop posting the same accounts, then, after 1% of
+   the accounts moved between tiers, the second run (``scripts/bench_audiences.py``).
 
 Every measured case runs in its own child process (``scripts/bench_cases.py``) so that its peak RSS
 (``VmHWM``) and CPU time are its own, and each figure is the median of ``--runs`` runs, the pairs
 interleaved run by run (the sync's two runs: ``--sync-runs`` repetitions, 1 by default, as one
-takes minutes at full size). A table is printed and written as JSON and Markdown to ``--output-dir``.
+takes minutes at full size; the audience sync's: ``--audience-runs``, also 1). A table is printed
+and written as JSON and Markdown to ``--output-dir``.
 A benchmark, not a test: targets missed are reported, the exit status is 0 unless a case fails.
 
     .venv/bin/python scripts/bench.py                   # full sizes (1 GiB / 4 GiB, 200k / 1M, 1000, 1M)
     .venv/bin/python scripts/bench.py --quick           # small sizes, about 2 minutes
     .venv/bin/python scripts/bench.py --only export --runs 5
     .venv/bin/python scripts/bench.py --only sync       # the list sync alone, about 5 minutes
+    .venv/bin/python scripts/bench.py --only audiences  # the audience sync alone, several minutes
 
 Needs ``curl``, ``psql`` and a PostgreSQL server: ``ABM_BENCH_PG_URL`` (default
 ``postgresql://postgres@127.0.0.1:5432``); the suite creates database ``ABM_BENCH_PG_DATABASE``
 (default ``abm_bench``) there and drops only its own ``bench_*`` tables, the load ledger and the
-sync's ``abm_sync_*`` state tables in it.
+sync's ``abm_sync_*`` and the audience sync's ``abm_aud_*`` state tables in it.
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ from measure_storage import parse_size
 
 MiB = 1 << 20
 EXPORT_TYPE = "TACTIC_PERFORMANCE"
-SECTIONS = ("export", "lists", "waiting", "startup", "sync", "cloud")
+SECTIONS = ("export", "lists", "waiting", "startup", "sync", "cloud", "audiences")
 #: The cloud section's warehouses, each on its emulator.
 CLOUD_WAREHOUSES = ("snowflake", "bigquery")
 # The PostgreSQL server (no database part); the suite creates and uses its own database on it.
@@ -110,10 +116,14 @@ class Sizes:
     poll_rounds: int
     sync_rows: int
     cloud: int
+    audience_rows: int
+    audience_exclusions: int
 
 
-FULL = Sizes(2**30, 4 * 2**30, 100 * MiB, (200_000, 1_000_000), 1000, 10.0, 3, 1_000_000, 100 * MiB)
-QUICK = Sizes(20 * MiB, 80 * MiB, 5 * MiB, (5_000,), 50, 1.0, 3, 20_000, 2 * MiB)
+FULL = Sizes(
+    2**30, 4 * 2**30, 100 * MiB, (200_000, 1_000_000), 1000, 10.0, 3, 1_000_000, 100 * MiB, 1_000_000, 50_000
+)
+QUICK = Sizes(20 * MiB, 80 * MiB, 5 * MiB, (5_000,), 50, 1.0, 3, 20_000, 2 * MiB, 20_000, 1_000)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -142,6 +152,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--sync-runs", type=int, default=1, help="repetitions of the list sync's first + second run"
+    )
+    parser.add_argument(
+        "--audience-rows", type=int, default=None, help="accounts of the audience sync (default 1000000)"
+    )
+    parser.add_argument(
+        "--audience-exclusions", type=int, default=None, help="of them excluded as customers (default 50000)"
+    )
+    parser.add_argument(
+        "--audience-runs", type=int, default=1, help="repetitions of the audience sync's first + second run"
     )
     parser.add_argument(
         "--cloud-warehouse",
@@ -177,6 +196,8 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
         poll_rounds=base.poll_rounds,
         sync_rows=args.sync_rows or base.sync_rows,
         cloud=args.cloud_size or base.cloud,
+        audience_rows=args.audience_rows or base.audience_rows,
+        audience_exclusions=args.audience_exclusions or base.audience_exclusions,
     )
 
 
@@ -1274,6 +1295,22 @@ class CloudSection:
             )
 
 
+# ---------------------------------------------------------------------------------------- section 7
+
+
+def audience_section(bench: Bench) -> Section:
+    """Section 7, in ``scripts/bench_audiences.py``: imported when it runs, as it imports this module.
+
+    Run as a script, this module is ``__main__``: it is registered as ``bench`` too, so the section
+    shares it rather than loading a second copy.
+    """
+    if __name__ == "__main__":
+        sys.modules.setdefault("bench", sys.modules[__name__])
+    from bench_audiences import AudienceSection
+
+    return AudienceSection(bench)
+
+
 # ---------------------------------------------------------------------------------------- main
 
 
@@ -1327,6 +1364,7 @@ def main(argv: list[str] | None = None) -> int:
             "startup": StartupSection,
             "sync": SyncSection,
             "cloud": CloudSection,
+            "audiences": audience_section,
         }
         failed = [
             name for name in SECTIONS if name in sections and not run_section(bench, name, classes[name])
@@ -1349,6 +1387,9 @@ def main(argv: list[str] | None = None) -> int:
         "sync_runs": args.sync_runs,
         "sync_changed": f"{SYNC_CHANGED:.0%}",
         "cloud": human_bytes(sizes.cloud),
+        "audience_rows": sizes.audience_rows,
+        "audience_exclusions": sizes.audience_exclusions,
+        "audience_runs": args.audience_runs,
         "duckdb_memory_limit": args.duckdb_memory_limit,
         "duckdb_threads": args.duckdb_threads or "default",
         "elapsed_s": round(time.monotonic() - started, 1),

@@ -35,6 +35,10 @@ ACCOUNTS_SQL = "SELECT account_id, account_name, crm_org_id FROM bench_accounts"
 SYNC_TABLE = "bench_sync_targets"
 SYNC_STATE_PREFIX = "abm_sync_"
 COLUMN_MAP = {"id": "account_id", "name": "account_name", "crmOrgId": "crm_org_id"}
+# The audience sync's source (accounts and their tier), its exclusions, and its state tables' prefix.
+AUDIENCE_TABLE = "bench_audience_tiers"
+AUDIENCE_CUSTOMERS = "bench_audience_customers"
+AUDIENCE_STATE_PREFIX = "abm_aud_"
 
 Params = dict[str, Any]
 
@@ -507,6 +511,40 @@ def account_list_sync(p: Params) -> Params:
     return {**{k: v for k, v in summary.items() if k != "list_id"}, **phases, "seconds": seconds}
 
 
+def account_audience_sync(p: Params) -> Params:
+    """AccountAudienceSyncOperator tiering a table over ``audiences`` (``{tier: list id}``) by its
+    ``tier`` column, the customers table excluded, state tables on the same connection, run ``run_id``.
+
+    The programme's totals, flattened, with its moves between lists; the engine's plan (tier the source
+    and plan every list) and send (every list's removals, then its additions) phases timed apart.
+    """
+    from abm_provider.accounts.audiences.engine import AudienceSync
+    from abm_provider.operators.account_lists import AccountAudienceSyncOperator
+
+    phases = timed_phases(AudienceSync, {"_plan": "plan_seconds", "_send": "send_seconds"})
+    op = AccountAudienceSyncOperator(
+        task_id="audiences",
+        audiences=p["audiences"],
+        audience_column="tier",
+        exclusions=[{"table": AUDIENCE_CUSTOMERS}],
+        table=AUDIENCE_TABLE,
+        sql_conn_id=p["conn_id"],
+        column_map=COLUMN_MAP,
+        state_table_prefix=AUDIENCE_STATE_PREFIX,
+        max_in_flight=int(p.get("max_in_flight", 2)),
+    )
+    started = time.perf_counter()
+    summary = op.execute(task_context("audiences", p["run_id"]))
+    seconds = time.perf_counter() - started
+    return {
+        **summary["totals"],
+        "lists": len(summary["lists"]),
+        "move_counts": {f"{m['from']} -> {m['to']}": int(m["accounts"]) for m in summary["moves"]},
+        **phases,
+        "seconds": seconds,
+    }
+
+
 def cloud_load(p: Params) -> Params:
     """One load of a local export file into an empty cloud warehouse (an emulator), by ``method``,
     into ``table`` (``bench_provider`` when not given; BigQuery's is ``dataset.bench_provider``).
@@ -557,6 +595,7 @@ CASES: dict[str, Callable[[Params], Params]] = {
     "provider_list_sync": provider_list_sync,
     "bare_list_sync": bare_list_sync,
     "account_list_sync": account_list_sync,
+    "account_audience_sync": account_audience_sync,
     "triggers": triggers,
     "poke_sensor": poke_sensor,
     "import_time": import_time,

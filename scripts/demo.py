@@ -35,6 +35,9 @@ WAREHOUSE = STATE / "warehouse.duckdb"
 FILES = STATE / "files"
 LOGS = STATE / "logs"
 TARGET_ACCOUNTS = 2_500
+#: The tiered programme: accounts per tier (some of tier 1 qualify for tier 2 as well) and customers.
+TIER_SIZES = {"tier_1": 60, "tier_2": 240, "tier_3": 900}
+CUSTOMERS = 40
 
 
 def log(message: str) -> None:
@@ -102,6 +105,41 @@ def change_target_accounts(path: Path, leave: int, join: int) -> None:
         con.executemany(
             "INSERT INTO abm_target_accounts VALUES (?, ?, ?)",
             [(f"001{900_000 + i:015d}", f"New account {i}", ORG) for i in range(join)],
+        )
+
+
+def tier_rows(promote: int = 0, demote: int = 0) -> list[tuple[str, str, str, str]]:
+    """The model's rows: accounts 1.. in tier 1, then tier 2, then tier 3; the first ten of tier 1
+    qualify for tier 2 too (they go to tier 1). ``promote`` accounts move from tier 2 to tier 1 and
+    ``demote`` from tier 1 to tier 3."""
+    tiers: dict[str, list[int]] = {}
+    start = 1
+    for tier, size in TIER_SIZES.items():
+        tiers[tier] = list(range(start, start + size))
+        start += size
+    tiers["tier_2"] += tiers["tier_1"][:10]
+    promoted, demoted = tiers["tier_2"][:promote], tiers["tier_1"][-demote:] if demote else []
+    tiers["tier_1"] = [n for n in tiers["tier_1"] if n not in demoted] + promoted
+    tiers["tier_2"] = [n for n in tiers["tier_2"] if n not in promoted]
+    tiers["tier_3"] += demoted
+    return [
+        (f"001{500_000 + n:015d}", f"Tiered account {n}", ORG, tier)
+        for tier, numbers in tiers.items()
+        for n in numbers
+    ]
+
+
+def seed_programme(path: Path, rows: list[tuple[str, str, str, str]], customers: list[int]) -> None:
+    """(Re)write the tiers table and the customers table (account numbers of the tiered accounts)."""
+    with duckdb.connect(str(path)) as con:
+        con.execute(
+            "CREATE OR REPLACE TABLE abm_account_tiers "
+            "(account_id VARCHAR, account_name VARCHAR, crm_org_id VARCHAR, tier VARCHAR)"
+        )
+        con.executemany("INSERT INTO abm_account_tiers VALUES (?, ?, ?, ?)", rows)
+        con.execute("CREATE OR REPLACE TABLE abm_customers (account_id VARCHAR)")
+        con.executemany(
+            "INSERT INTO abm_customers VALUES (?)", [(f"001{500_000 + n:015d}",) for n in customers]
         )
 
 
@@ -174,9 +212,14 @@ def summarize(emulator: RunningEmulator) -> None:
             "ORDER BY loaded_at DESC LIMIT 1"
         ).fetchone()
         loads = con.execute("SELECT COUNT(*) FROM abm_load_ledger").fetchone()
-        members = con.execute("SELECT list_id, COUNT(*) FROM abm_sync_members GROUP BY 1").fetchone()
+        synced = sync_results()
+        list_id = synced[-1]["list_id"] if synced else ""
+        members = con.execute(
+            "SELECT list_id, COUNT(*) FROM abm_sync_members WHERE list_id = ? GROUP BY 1", [list_id]
+        ).fetchone()
         rejects = con.execute(
-            "SELECT reason, COUNT(*) FROM abm_sync_rejects GROUP BY reason ORDER BY 2 DESC"
+            "SELECT reason, COUNT(*) FROM abm_sync_rejects WHERE list_id = ? GROUP BY reason ORDER BY 2 DESC",
+            [list_id],
         ).fetchall()
     on_list = len(emulator.members(members[0])) if members else 0
     print()
@@ -203,7 +246,7 @@ def summarize(emulator: RunningEmulator) -> None:
                 "the partition keys of the table's Asset event"
             )
     print("Account list sync (abm_sync_account_lists):")
-    for number, result in enumerate(sync_results(), start=1):
+    for number, result in enumerate(synced, start=1):
         print(
             f"  run {number}: planned {result['to_add']} to add and {result['to_remove']} to remove; "
             f"{result['added']} added, {result['duplicates']} duplicate, {result['not_found']} not found, "
@@ -213,6 +256,16 @@ def summarize(emulator: RunningEmulator) -> None:
     print("  abm_sync_rejects (not sent again until the row changes):")
     for reason, count in rejects:
         print(f"    {count:>5}  {textwrap.shorten(reason, 100, placeholder=' ...')}")
+    print("Tiered audiences (abm_sync_audiences: three lists, customers excluded):")
+    for number, result in enumerate(task_results("abm_sync_audiences", "sync_audiences"), start=1):
+        per_list = ", ".join(
+            f"{e['audience']} {e['state_count']} (+{e['added']} -{e['removed']})" for e in result["lists"]
+        )
+        print(f"  run {number}: {per_list}")
+        for move in result["moves"]:
+            print(f"    moved {move['accounts']:>3} accounts from {move['from']} to {move['to']}")
+        excluded = {e["audience"]: e["excluded"] for e in result["lists"] if e["excluded"]}
+        print(f"    excluded (customers removed or kept off): {excluded or 'none'}")
     print(f"Downloaded exports and rejects files: {FILES}")
     print(f"Logs of the DAG runs: {LOGS}")
     print(f"Airflow home (SQLite): {STATE / 'airflow'}")
@@ -267,6 +320,16 @@ def main() -> int:
         change_target_accounts(WAREHOUSE, leave=40, join=25)
         log("40 accounts left the target set and 25 joined; syncing again (only the change is sent)")
         run([airflow, "dags", "test", "abm_sync_account_lists"], env, "abm_sync_account_lists_2")
+        first_of_tier_3 = TIER_SIZES["tier_1"] + TIER_SIZES["tier_2"] + 1
+        customers = list(range(first_of_tier_3, first_of_tier_3 + CUSTOMERS))
+        seed_programme(WAREHOUSE, tier_rows(), customers)
+        log(f"seeded the tiers {TIER_SIZES} and {CUSTOMERS} customers (all in tier 3); syncing the programme")
+        run([airflow, "dags", "test", "abm_sync_audiences"], env, "abm_sync_audiences")
+        seed_programme(WAREHOUSE, tier_rows(promote=8, demote=5), [*customers, 100, 200])
+        log(
+            "8 accounts promoted to tier 1, 5 demoted to tier 3, 2 new customers; syncing the programme again"
+        )
+        run([airflow, "dags", "test", "abm_sync_audiences"], env, "abm_sync_audiences_2")
         summarize(emulator)
     log(f"finished in {time.monotonic() - started:.0f} s; the emulator is stopped")
     return 0

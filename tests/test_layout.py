@@ -27,7 +27,7 @@ _STATEMENTS = (
     "whole syncs of tests/accounts/sync"
 )
 _AUDIENCES = (
-    "the audience sync's tiering, moves and summary, run whole by tests/accounts/audiences/test_engine.py "
+    "the audience sync's moves and summary, run whole by tests/accounts/audiences/test_engine.py "
     "on DuckDB, PostgreSQL and MariaDB against the emulator"
 )
 _LOADS = (
@@ -40,7 +40,6 @@ EXCEPTIONS: dict[str, str] = {
     "with it in tests/warehouse/dialects/test_dialects.py",
     "accounts/audiences/moves.py": _AUDIENCES,
     "accounts/audiences/summary.py": _AUDIENCES,
-    "accounts/audiences/tiering.py": _AUDIENCES,
     "operators/_sync.py": "the arguments both sync operators share: tests/operators/test_list_sync.py "
     "and tests/operators/test_audiences.py check them",
     "accounts/sync/options.py": "a run's settings: AccountListSyncOperator checks them "

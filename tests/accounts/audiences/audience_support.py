@@ -32,14 +32,15 @@ def make_lists(prefix: str = "Tier") -> dict[str, str]:
 
 
 def operator(warehouse: Warehouse, lists: dict[str, Any], **kwargs: Any) -> AccountAudienceSyncOperator:
-    kwargs.setdefault("table", warehouse.name("model"))
+    if "sql" not in kwargs and "accounts_path" not in kwargs:
+        kwargs.setdefault("table", warehouse.name("model"))
     kwargs.setdefault("exclusions", [{"table": warehouse.name("customers")}])
+    kwargs.setdefault("audience_column", "tier")
+    kwargs.setdefault("column_map", COLUMN_MAP)
+    kwargs.setdefault("sql_conn_id", CONN_ID)
     return AccountAudienceSyncOperator(
         task_id="audiences",
         audiences=lists,
-        audience_column="tier",
-        column_map=COLUMN_MAP,
-        sql_conn_id=CONN_ID,
         state_schema=warehouse.schema,
         max_attempts=1,
         **kwargs,

@@ -6,7 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from audience_support import (
+
+from abm_provider.exceptions import SyncGuardTripped
+from abm_provider.hooks.abm import AbmHook
+from accounts.audiences.audience_support import (
     TIERS,
     ids,
     make_lists,
@@ -15,9 +18,6 @@ from audience_support import (
     sync,
     write_model,
 )
-
-from abm_provider.exceptions import SyncGuardTripped
-from abm_provider.hooks.abm import AbmHook
 from accounts.sync.sync_support import account_id, clear_requests, context
 from accounts.sync.sync_support import operator as list_sync_operator
 from support.warehouses import Warehouse

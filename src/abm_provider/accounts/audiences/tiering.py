@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from abm_provider.accounts.audiences import statements
 from abm_provider.accounts.sources import SqlSource
-from abm_provider.accounts.sync.statements.binding import Sql, text
+from abm_provider.accounts.sync.statements.binding import text
 from abm_provider.accounts.sync.statements.staging import RECORD
 from abm_provider.accounts.sync.statements.tables import WORK_PREFIX, create_work_table, drop_table
 from abm_provider.accounts.sync.work_source import StateQuerySource
@@ -278,9 +278,7 @@ class Tiering:
         query = source.query_on(conn_id, dialect) if isinstance(source, SqlSource) and conn_id else None
         statement = None if query is None else one_statement(query.text)
         if query is not None and query.is_table and dialect.embeddable(query.text):
-            rows: Sql = text(f"({query.text})")
-            with self.db.transaction():
-                self.db.execute(statements.insert_excluded(dialect, self.excluded, rows, exclusion.id_column))
+            self._exclude_rows(f"({query.text})", exclusion)
             return
         if query is not None and statement is not None:
             copy = self._name(f"xsrc_{uuid.uuid4().hex[:12]}")
@@ -292,21 +290,33 @@ class Tiering:
                 self.log.info("Audiences: the exclusion query could not be copied (%s)", first_line)
             else:
                 self._made.append(copy)
-                with self.db.transaction():
-                    self.db.execute(
-                        statements.insert_excluded(dialect, self.excluded, text(copy), exclusion.id_column)
-                    )
+                self._exclude_rows(copy, exclusion)
                 return
         with source.open() as opened:
-            if opened.columns is not None and exclusion.id_column not in opened.columns:
-                raise ValueError(
-                    f"The exclusion's {source.description} has no column {exclusion.id_column!r} (columns: "
-                    f"{opened.columns}); set its id_column"
-                )
+            _check_id_column(opened.columns, exclusion)
             for chunk in _chunks(opened.rows, self.stage_rows):
                 ids = [(str(v).strip(),) for v in (_value(r.data, exclusion.id_column) for r in chunk) if v]
                 with self.db.transaction():
                     self.db.stage(self.excluded, ["account_id"], [i for i in ids if i[0]])
+
+    def _exclude_rows(self, rows: str, exclusion: Exclusion) -> None:
+        """Add the ids of ``rows`` (a table, or a query in parentheses, on the state connection)."""
+        dialect = self.db.dialect
+        columns = [name for name, _ in dialect.described_columns(self.db.cur, rows)]
+        _check_id_column(columns, exclusion)
+        with self.db.transaction():
+            self.db.execute(
+                statements.insert_excluded(dialect, self.excluded, text(rows), exclusion.id_column)
+            )
+
+
+def _check_id_column(columns: Sequence[str] | None, exclusion: Exclusion) -> None:
+    """Refuse an exclusion whose source has no ``id_column``, naming both."""
+    if columns is not None and exclusion.id_column not in columns:
+        raise ValueError(
+            f"The exclusion's {exclusion.source.description} has no column {exclusion.id_column!r} "
+            f"(columns: {list(columns)}); set its id_column"
+        )
 
 
 def _chunks(rows: Iterable[Any], size: int) -> Iterator[list[Any]]:
