@@ -36,7 +36,7 @@ A benchmark, not a test: targets missed are reported, the exit status is 0 unles
     .venv/bin/python scripts/bench.py --quick           # small sizes, about 2 minutes
     .venv/bin/python scripts/bench.py --only export --runs 5
     .venv/bin/python scripts/bench.py --only sync       # the list sync alone, about 5 minutes
-    .venv/bin/python scripts/bench.py --only audiences  # the audience sync alone, several minutes
+    .venv/bin/python scripts/bench.py --only audiences  # the audience sync alone, about 3 minutes
 
 Needs ``curl``, ``psql`` and a PostgreSQL server: ``ABM_BENCH_PG_URL`` (default
 ``postgresql://postgres@127.0.0.1:5432``); the suite creates database ``ABM_BENCH_PG_DATABASE``
@@ -928,6 +928,32 @@ def sync_figures(run: dict[str, Any]) -> dict[str, float]:
     return figures
 
 
+def repeat_first_and_second(bench: Bench, section: Any, repeats: int) -> None:
+    """On each warehouse of :data:`SYNC_WAREHOUSES`, ``repeats`` times: ``section`` seeds its source,
+    times the bare request loop and its first and second runs; then it reports, per warehouse, so that
+    a failure on the second keeps the first's figures. The sync and audiences sections share it."""
+    with bench.emulator() as emulator:
+        for warehouse, label in SYNC_WAREHOUSES:
+            runs: dict[str, list[dict[str, Any]]] = {"first": [], "second": [], "bare": []}
+            try:
+                for number in range(1, repeats + 1):
+                    section.seed(warehouse)
+                    bare = section.bare(emulator, warehouse)
+                    first, second = section.first_and_second(emulator, warehouse)
+                    runs["first"].append(first)
+                    runs["second"].append(second)
+                    runs["bare"].append(bare)
+                    log(
+                        f"  run {number}/{repeats} {warehouse:<8} bare loop {bare['seconds']:6.1f} s; "
+                        f"first {first['seconds']:6.1f} s, "
+                        f"peak RSS {mib(first['peak_rss_kib']):4.0f} MiB; second "
+                        f"{second['seconds']:6.1f} s, peak RSS {mib(second['peak_rss_kib']):4.0f} MiB"
+                    )
+            finally:
+                section.clean(warehouse)
+            section.report(label, runs)
+
+
 class SyncSection:
     """Section 5: AccountListSyncOperator over N source rows into an empty list, then after 1% changed.
 
@@ -1053,27 +1079,7 @@ class SyncSection:
             f"sync: {self.count:,} source rows, then {SYNC_CHANGED:.0%} changed (-{self.half:,} "
             f"+{self.half:,}), {repeats} runs each"
         )
-        with bench.emulator() as emulator:
-            for warehouse, label in SYNC_WAREHOUSES:
-                runs: dict[str, list[dict[str, Any]]] = {"first": [], "second": [], "bare": []}
-                try:
-                    for number in range(1, repeats + 1):
-                        self.seed(warehouse)
-                        bare = self.bare(emulator, warehouse)
-                        first, second = self.first_and_second(emulator, warehouse)
-                        runs["first"].append(first)
-                        runs["second"].append(second)
-                        runs["bare"].append(bare)
-                        log(
-                            f"  run {number}/{repeats} {warehouse:<8} bare loop {bare['seconds']:6.1f} s; "
-                            f"first {first['seconds']:6.1f} s, "
-                            f"peak RSS {mib(first['peak_rss_kib']):4.0f} MiB; second "
-                            f"{second['seconds']:6.1f} s, peak RSS {mib(second['peak_rss_kib']):4.0f} MiB"
-                        )
-                finally:
-                    self.clean(warehouse)
-                # Reported per warehouse, so that a failure on the second keeps the first's figures.
-                self.report(label, runs)
+        repeat_first_and_second(bench, self, repeats)
 
     def report(self, label: str, runs: dict[str, list[dict[str, Any]]]) -> None:
         bench, count, half = self.bench, self.count, self.half

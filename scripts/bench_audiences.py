@@ -27,7 +27,6 @@ from bench import (
     PG_DSN,
     POSTGRES_CONN,
     REQUEST_LOG_SIZE,
-    SYNC_WAREHOUSES,
     Bench,
     account_id_sql,
     ensure_pg_database,
@@ -36,6 +35,7 @@ from bench import (
     median_figures,
     mib,
     psql,
+    repeat_first_and_second,
 )
 from bench_report import Check, Row
 
@@ -242,27 +242,7 @@ class AudienceSection:
             f"audiences: {self.count:,} accounts in 3 tiers, {self.excluded:,} excluded, then "
             f"{self.moved:,} moved between tiers, {repeats} runs each"
         )
-        with bench.emulator() as emulator:
-            for warehouse, label in SYNC_WAREHOUSES:
-                runs: dict[str, list[dict[str, Any]]] = {"first": [], "second": [], "bare": []}
-                try:
-                    for number in range(1, repeats + 1):
-                        self.seed(warehouse)
-                        bare = self.bare(emulator, warehouse)
-                        first, second = self.first_and_second(emulator, warehouse)
-                        runs["first"].append(first)
-                        runs["second"].append(second)
-                        runs["bare"].append(bare)
-                        log(
-                            f"  run {number}/{repeats} {warehouse:<8} bare loop {bare['seconds']:6.1f} s; "
-                            f"first {first['seconds']:6.1f} s, "
-                            f"peak RSS {mib(first['peak_rss_kib']):4.0f} MiB; second "
-                            f"{second['seconds']:6.1f} s, peak RSS {mib(second['peak_rss_kib']):4.0f} MiB"
-                        )
-                finally:
-                    self.clean(warehouse)
-                # Reported per warehouse, so that a failure on the second keeps the first's figures.
-                self.report(label, runs)
+        repeat_first_and_second(bench, self, repeats)
 
     # ---- the report -------------------------------------------------------------------------------
 

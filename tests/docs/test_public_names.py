@@ -152,7 +152,8 @@ def test_the_public_names_are_found() -> None:
     expected = _expected()
     assert {"AbmHook", "ExecutionCompletedEventTrigger", "export_asset", "warehouse_asset"} <= set(expected)
     assert "sanitize_uri" not in expected, "Airflow's URI handlers are not DAG authors' names"
-    assert len(DAG_FILES) == 3, DAG_FILES
+    assert len(DAG_FILES) == 4, DAG_FILES
+    assert expected["AccountAudienceSyncOperator"] == "abm_provider.operators.account_lists"
 
 
 def test_every_exclusion_is_still_public() -> None:

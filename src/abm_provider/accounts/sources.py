@@ -273,12 +273,14 @@ class WarehouseQuery:
     ``is_table``: the statement is the provider's own ``SELECT`` of a table, not the user's text.
     ``numbered``: its first column is already each row's record number (a work table of the audience
     sync, whose rows keep their numbers in the user's source), so it is read in place, not numbered.
+    ``rows``: how many rows it has, where that is known already (the stager then does not count them).
     """
 
     text: str
     parameters: Mapping[str, Any] | Sequence[Any] | None
     is_table: bool = False
     numbered: bool = False
+    rows: int | None = None
 
 
 @dataclass

@@ -39,7 +39,14 @@ LISTS = [LIST_ID, OTHER_LIST]
 VALUES = (LIST_ID, RUN_ID, OTHER_LIST, *TIERS, ORG)
 TABLES = StateTables.named("abm_sync_", "state")
 #: The functions that return SQL text with no value to bind (read in place, or a table's columns).
-TEXT_FUNCTIONS = {"excluded_columns", "trimmed", "assigned", "create_moves"}
+TEXT_FUNCTIONS = {
+    "excluded_columns",
+    "removed_columns",
+    "outranked_columns",
+    "trimmed",
+    "assigned",
+    "create_moves",
+}
 
 
 def _dialect(path: str) -> Dialect:
@@ -58,7 +65,8 @@ def _every_statement(dialect: Dialect) -> dict[str, tuple[Sql, tuple[Any, ...]]]
     name, with the values it was given to bind."""
     state = StateSql.of(dialect, TABLES)
     numbered = text(WorkTables.new(dialect, "state").numbered)
-    excluded, tiered_table = _work(dialect, "excl"), _work(dialect, "tiered")
+    excluded, tiered_table, removed = _work(dialect, "excl"), _work(dialect, "tiered"), _work(dialect, "gone")
+    outranked = _work(dialect, "best")
     moves = dialect.table_sql(moves_table(TABLES))
     rows = sql("(SELECT * FROM src WHERE list_id = {list_id})", list_id=LIST_ID)
     tiered: dict[str, Any] = {"dialect": dialect, "numbered": numbered, "excluded": excluded}
@@ -72,20 +80,25 @@ def _every_statement(dialect: Dialect) -> dict[str, tuple[Sql, tuple[Any, ...]]]
         "tiered": (statements.tiered(**tiered, org_column="org", default_org=ORG), (*TIERS, ORG)),
         "tiered default_org": (statements.tiered(**tiered, org_column=None, default_org=ORG), (*TIERS, ORG)),
         "tiered no org": (statements.tiered(**tiered, org_column=None, default_org=None), TIERS),
-        "tier_counts": (statements.tier_counts(tiered_table), ()),
+        "tier_counts": (statements.tier_counts(tiered_table, outranked), ()),
+        "insert_outranked": (statements.insert_outranked(tiered_table, outranked), ()),
         "unmapped_sample": (statements.unmapped_sample(dialect, tiered_table, "tier", 5), ()),
         "delete_moves": (statements.delete_moves(moves, RUN_ID, LISTS), (RUN_ID, LIST_ID, OTHER_LIST)),
+        "insert_removed": (
+            statements.insert_removed(state, removed, RUN_ID, LISTS),
+            (LIST_ID, OTHER_LIST, LIST_ID, OTHER_LIST, RUN_ID),
+        ),
         "insert_moved": (
-            statements.insert_moved(state, moves, RUN_ID, LISTS, AT),
-            (RUN_ID, LIST_ID, OTHER_LIST, AT),
+            statements.insert_moved(dialect, moves, removed, tiered_table, outranked, RUN_ID, LISTS, AT),
+            (RUN_ID, statements.MOVED, LIST_ID, OTHER_LIST, AT),
         ),
         "insert_excluded_from": (
-            statements.insert_excluded_from(state, moves, excluded, RUN_ID, LISTS, AT),
-            (RUN_ID, LIST_ID, OTHER_LIST, AT),
+            statements.insert_excluded_from(dialect, moves, removed, excluded, RUN_ID, AT),
+            (RUN_ID, statements.EXCLUDED_FROM, AT),
         ),
         "insert_kept_off": (
-            statements.insert_kept_off(state, moves, tiered_table, RUN_ID, LISTS, AT),
-            (RUN_ID, LIST_ID, OTHER_LIST, AT),
+            statements.insert_kept_off(dialect, moves, removed, tiered_table, outranked, RUN_ID, LISTS, AT),
+            (RUN_ID, statements.KEPT_OFF, LIST_ID, OTHER_LIST, AT),
         ),
         "move_counts": (statements.move_counts(moves, RUN_ID, LISTS), (RUN_ID, LIST_ID, OTHER_LIST)),
         "move_sample": (
@@ -100,8 +113,10 @@ def _texts(dialect: Dialect) -> dict[str, Any]:
     """What each SQL-text function returns, by name."""
     return {
         "excluded_columns": statements.excluded_columns(dialect),
+        "removed_columns": statements.removed_columns(dialect),
+        "outranked_columns": statements.outranked_columns(dialect),
         "trimmed": statements.trimmed(dialect, dialect.quote("account id")),
-        "assigned": statements.assigned(_work(dialect, "tiered"), 2, '"a", "b"'),
+        "assigned": statements.assigned(_work(dialect, "tiered"), _work(dialect, "best"), 2, '"a", "b"'),
         "create_moves": statements.create_moves(dialect, dialect.table_sql(moves_table(TABLES))),
     }
 
@@ -145,8 +160,9 @@ def test_the_sql_text_functions_give_text_with_no_value_in_it(path: str) -> None
         assert isinstance(written, str), name
         assert not [v for v in VALUES if v in written], name
         assert not re.search(r"\{[a-z_]+\}", written), name
-    assigned = statements.assigned("t", 2, "a")
-    assert f"WHERE {statements.LIST} = 2 AND {statements.EXCLUDED} = 0" in assigned
+    assigned = statements.assigned("tiers", "best", 2, "a")
+    assert f"WHERE t.{statements.LIST} = 2 AND t.{statements.EXCLUDED} = 0" in assigned
+    assert f"o.{statements.BEST} < t.{statements.LIST}" in assigned
 
 
 def _params(statement: Sql) -> list[Any]:
@@ -169,11 +185,19 @@ def test_the_audiences_are_bound_in_priority_order_each_given_its_place(path: st
 
 
 def test_a_kept_off_account_is_logged_with_its_best_audience_s_list_bound_in_order() -> None:
-    state = StateSql.of(GenericDialect(None), TABLES)
-    statement = statements.insert_kept_off(state, "moves", "tiered", RUN_ID, LISTS, AT)
-    assert _params(statement) == [RUN_ID, statements.KEPT_OFF, LIST_ID, OTHER_LIST, AT, RUN_ID, *LISTS]
+    dialect = GenericDialect(None)
+    statement = statements.insert_kept_off(dialect, "moves", "gone", "tiered", "best", RUN_ID, LISTS, AT)
+    assert _params(statement) == [RUN_ID, statements.KEPT_OFF, LIST_ID, OTHER_LIST, AT]
     sql_text = statement.bound("qmark")[0]
     assert re.search(r"WHEN 1 THEN .*\?.* WHEN 2 THEN .*\?", sql_text)
+
+
+def test_a_removal_is_given_its_list_s_place_in_priority_order() -> None:
+    state = StateSql.of(GenericDialect(None), TABLES)
+    statement = statements.insert_removed(state, "gone", RUN_ID, LISTS)
+    assert _params(statement) == [LIST_ID, OTHER_LIST, LIST_ID, OTHER_LIST, RUN_ID]
+    sql_text = statement.bound("qmark")[0]
+    assert re.search(r"CASE p.list_id WHEN .*\? .*THEN 1 WHEN .*\? .*THEN 2 END", sql_text)
 
 
 def test_a_move_sample_s_count_is_written_as_a_number_only() -> None:

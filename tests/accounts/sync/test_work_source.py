@@ -25,10 +25,11 @@ def test_rows_are_read_page_by_page_on_the_state_connection_with_their_record_nu
         db.stage("rows_w", [RECORD, "c1"], [(n, f"a{n}") for n in range(3, 23, 2)])
         named = dialect.quote("Account Id")
         relation = f"SELECT {RECORD}, c1 AS {named} FROM rows_w WHERE {RECORD} > 4"
-        source = StateQuerySource(db, relation, ["Account Id"], page=3)
+        source = StateQuerySource(db, relation, ["Account Id"], page=3, rows=9)
 
         query = source.query_on("any", dialect)
         assert query is not None and query.numbered and query.is_table and query.text == relation
+        assert query.rows == 9  # counted by the caller: the stager does not count again
         with source.open() as opened:
             assert opened.columns == ["Account Id"]
             rows = list(opened.rows)

@@ -215,7 +215,7 @@ class AudienceSync:
                 )
                 for tier, w in written:
                     tier.planner.finish(w, blocked=tripped is not None)
-                self.moves.write(tiering.excluded, tiered.table, utc_now())
+                self.moves.write(tiering, utc_now())
             for tier, w in written:
                 tier.planner.settle(w)
         finally:

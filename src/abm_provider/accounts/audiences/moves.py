@@ -20,6 +20,7 @@ from abm_provider.warehouse.schema import TableName
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from abm_provider.accounts.audiences.tiering import Tiering
     from abm_provider.accounts.sync.database import StateDatabase
     from abm_provider.accounts.sync.state import StateTables
 
@@ -67,15 +68,26 @@ class MovesLog:
     def create_sql(self) -> str:
         return statements.create_moves(self.db.dialect, self.table)
 
-    def write(self, excluded: str, tiered: str, at: datetime) -> None:
-        """Replace the run's moves with what its plan (just written, same transaction) does."""
-        db, state = self.db, self.db.state_sql(self.tables)
-        db.execute(statements.delete_moves(self.table, self.run_id, self.list_ids))
-        db.execute(statements.insert_moved(state, self.table, self.run_id, self.list_ids, at))
-        db.execute(
-            statements.insert_excluded_from(state, self.table, excluded, self.run_id, self.list_ids, at)
+    def write(self, tiering: Tiering, at: datetime) -> None:
+        """Replace the run's moves with what its plan (just written, same transaction) does, from the
+        run's tiered table and its work tables (the run's removals are copied into ``removed`` first)."""
+        excluded, tiered, removed, outranked = (
+            tiering.excluded,
+            tiering.tiered,
+            tiering.removed,
+            tiering.outranked,
         )
-        db.execute(statements.insert_kept_off(state, self.table, tiered, self.run_id, self.list_ids, at))
+        db, dialect, state = self.db, self.db.dialect, self.db.state_sql(self.tables)
+        run_id, lists = self.run_id, self.list_ids
+        db.execute(statements.delete_moves(self.table, run_id, lists))
+        db.execute(statements.insert_removed(state, removed, run_id, lists))
+        db.execute(
+            statements.insert_moved(dialect, self.table, removed, tiered, outranked, run_id, lists, at)
+        )
+        db.execute(statements.insert_excluded_from(dialect, self.table, removed, excluded, run_id, at))
+        db.execute(
+            statements.insert_kept_off(dialect, self.table, removed, tiered, outranked, run_id, lists, at)
+        )
 
     def read(self) -> Moves:
         """The run's moves, counted."""

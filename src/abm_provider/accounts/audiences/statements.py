@@ -21,10 +21,12 @@ if TYPE_CHECKING:
 
 #: The columns the tiered table adds to the source's: the row's list (its audience's place in the
 #: priority order, from 1; ``NULL`` for an audience the programme does not map), its account's key as
-#: the lists record it, the best place any row of that account has, and whether it is excluded.
-LIST, ACCOUNT, ORG, BEST, EXCLUDED = "abm_list", "abm_account", "abm_org", "abm_best", "abm_excluded"
+#: the lists record it, and whether it is excluded.
+LIST, ACCOUNT, ORG, EXCLUDED = "abm_list", "abm_account", "abm_org", "abm_excluded"
+#: The outranked table's column: the best place of an account whose rows name several.
+BEST = "abm_best"
 #: Names a source column may not have: the tiered table's own.
-RESERVED = (RECORD, LIST, ACCOUNT, ORG, BEST, EXCLUDED)
+RESERVED = (RECORD, LIST, ACCOUNT, ORG, EXCLUDED)
 #: What the moves table says happened to an account: it left one list of the programme for another,
 #: it was removed from a list because it is excluded, or it was kept off the list its rows name.
 MOVED, EXCLUDED_FROM, KEPT_OFF = "moved", "excluded", "kept_off"
@@ -77,8 +79,7 @@ def tiered(
 ) -> Sql:
     """The ``SELECT`` of the tiered table: every numbered source row, with :data:`RESERVED`'s columns.
 
-    An account's rows may name several audiences; :data:`BEST` is the first of them in priority order,
-    over the account's key as the lists record it (the id, and the org or ``default_org`` or ``''``).
+    An account is its key as the lists record it: the id, and the org or ``default_org`` or ``''``.
     Audiences compare as text, so a numeric column matches ``"1"``.
     """
     place = join(
@@ -95,7 +96,7 @@ def tiered(
     elif default_org is not None:
         org = text_value(dialect, default_org)
     account = f"COALESCE({trimmed(dialect, 'n.' + dialect.quote(id_column))}, '')"
-    row = sql(
+    return sql(
         "SELECT n.*, CASE {audience} {place} END AS {list}, {account} AS {account_name}, "
         "{org} AS {org_name}, CASE WHEN EXISTS (SELECT 1 FROM {excluded} x WHERE x.account_id = {account}) "
         "THEN 1 ELSE 0 END AS {excluded_name} FROM {numbered} n",
@@ -110,35 +111,55 @@ def tiered(
         excluded_name=text(EXCLUDED),
         numbered=numbered,
     )
-    return sql(
-        "SELECT t.*, MIN(t.{list}) OVER (PARTITION BY t.{account}, t.{org}) AS {best} FROM ({row}) t",
-        list=text(LIST),
-        account=text(ACCOUNT),
-        org=text(ORG),
-        best=text(BEST),
-        row=row,
+
+
+def outranked_columns(dialect: Dialect) -> str:
+    """The columns of the outranked table: an account's key and the best place its rows name."""
+    key = dialect.text_sql(255)
+    return f"{ACCOUNT} {key}, {ORG} {key}, {BEST} INTEGER{dialect.key_index_sql([ACCOUNT, ORG])}"
+
+
+def insert_outranked(tiered_table: str, outranked: str) -> Sql:
+    """Fill the outranked table: the accounts whose rows name more than one audience, each with the
+    best place they name. Few accounts do, so every other row is its account's best without a
+    look at the others (a window over every row would sort them all)."""
+    return text(
+        f"INSERT INTO {outranked} ({ACCOUNT}, {ORG}, {BEST}) SELECT {ACCOUNT}, {ORG}, MIN({LIST}) "
+        f"FROM {tiered_table} WHERE {LIST} IS NOT NULL AND {ACCOUNT} <> '' GROUP BY {ACCOUNT}, {ORG} "
+        f"HAVING MIN({LIST}) <> MAX({LIST})"
     )
 
 
-def assigned(tiered_table: str, place: int, columns: str) -> str:
+def _outranked_join(outranked: str) -> str:
+    """``LEFT JOIN`` of a tiered row ``t`` with its account's best place ``o.abm_best`` (``NULL``: its
+    account names one audience)."""
+    return f"LEFT JOIN {outranked} o ON o.{ACCOUNT} = t.{ACCOUNT} AND o.{ORG} = t.{ORG}"
+
+
+#: A tiered row ``t`` (joined by :func:`_outranked_join`) names its account's best audience.
+_IS_BEST = f"(o.{BEST} IS NULL OR o.{BEST} >= t.{LIST})"
+
+
+def assigned(tiered_table: str, outranked: str, place: int, columns: str) -> str:
     """The ``SELECT`` of the rows the list at ``place`` keeps: its audience's, of accounts no higher
     audience names and none excluded (a row with no id stays, to be refused as the list sync refuses
     it). Their record number first, then ``columns``. Text only (no value to bind), so the stager can
     read it in place as it reads a table."""
     return (
-        f"SELECT {RECORD}, {columns} FROM {tiered_table} WHERE {LIST} = {int(place)} "
-        f"AND {EXCLUDED} = 0 AND ({LIST} = {BEST} OR {ACCOUNT} = '')"
+        f"SELECT {RECORD}, {columns} FROM {tiered_table} t WHERE t.{LIST} = {int(place)} "
+        f"AND t.{EXCLUDED} = 0 AND NOT EXISTS (SELECT 1 FROM {outranked} o WHERE o.{ACCOUNT} = t.{ACCOUNT} "
+        f"AND o.{ORG} = t.{ORG} AND o.{BEST} < t.{LIST})"
     )
 
 
-def tier_counts(tiered_table: str) -> Sql:
+def tier_counts(tiered_table: str, outranked: str) -> Sql:
     """``(place, rows, kept, outranked, excluded)`` per place in the tiered table (``NULL``: unmapped)."""
     return text(
-        f"SELECT {LIST}, COUNT(*), "
-        f"SUM(CASE WHEN {EXCLUDED} = 0 AND ({LIST} = {BEST} OR {ACCOUNT} = '') THEN 1 ELSE 0 END), "
-        f"SUM(CASE WHEN {ACCOUNT} <> '' AND {LIST} > {BEST} THEN 1 ELSE 0 END), "
-        f"SUM(CASE WHEN {EXCLUDED} = 1 AND {LIST} = {BEST} THEN 1 ELSE 0 END) "
-        f"FROM {tiered_table} GROUP BY {LIST}"
+        f"SELECT t.{LIST}, COUNT(*), "
+        f"SUM(CASE WHEN t.{EXCLUDED} = 0 AND {_IS_BEST} THEN 1 ELSE 0 END), "
+        f"SUM(CASE WHEN o.{BEST} < t.{LIST} THEN 1 ELSE 0 END), "
+        f"SUM(CASE WHEN t.{EXCLUDED} = 1 AND {_IS_BEST} THEN 1 ELSE 0 END) "
+        f"FROM {tiered_table} t {_outranked_join(outranked)} GROUP BY t.{LIST}"
     )
 
 
@@ -176,64 +197,106 @@ def delete_moves(moves: str, run_id: str, list_ids: Sequence[str]) -> Sql:
     )
 
 
-def insert_moved(state: StateSql, moves: str, run_id: str, list_ids: Sequence[str], at: datetime) -> Sql:
-    """Log each account the run's plan removes from one list of the programme and adds to another."""
-    lists = values(list(list_ids))
+def removed_columns(dialect: Dialect) -> str:
+    """The columns of the work table of the run's removals: the list, its place, the account's key."""
+    key = dialect.text_sql(255)
+    return f"list_id {key}, place INTEGER, account_id {key}, crm_org_id {key}"
+
+
+def _by_place(dialect: Dialect, column: str, list_ids: Sequence[str], *, to_list: bool) -> Sql:
+    """``CASE`` mapping ``column`` from a list's place to its id (``to_list``) or from its id to its place."""
+    pairs = (
+        sql("WHEN {place} THEN {list_id}", place=text(str(i)), list_id=text_value(dialect, list_id))
+        if to_list
+        else sql("WHEN {list_id} THEN {place}", place=text(str(i)), list_id=text_value(dialect, list_id))
+        for i, list_id in enumerate(list_ids, start=1)
+    )
+    return sql("CASE {column} {pairs} END", column=text(column), pairs=join(" ", pairs))
+
+
+def insert_removed(state: StateSql, removed: str, run_id: str, list_ids: Sequence[str]) -> Sql:
+    """Copy the run's planned removals on the programme's lists into ``removed``, a work table small
+    enough (and new enough) for the statements below to join it by hashing: the plan table's
+    statistics describe an earlier run's plan."""
     return state.sql(
-        "INSERT INTO {moves} ({columns}) "
-        "SELECT p.run_id, {moved}, p.account_id, p.crm_org_id, p.list_id, q.list_id, {at} "
-        "FROM {plan} p JOIN {plan} q ON q.run_id = p.run_id AND q.account_id = p.account_id "
-        "AND q.crm_org_id = p.crm_org_id AND q.action = 'add' AND q.list_id IN ({lists}) "
-        "WHERE p.run_id = {run_id} AND p.action = 'remove' AND p.list_id IN ({lists})",
-        moves=text(moves),
-        columns=_MOVE_COLUMNS,
-        moved=MOVED,
-        at=at,
-        lists=lists,
+        "INSERT INTO {removed} (list_id, place, account_id, crm_org_id) "
+        "SELECT p.list_id, {place}, p.account_id, p.crm_org_id FROM {plan} p "
+        "WHERE p.list_id IN ({lists}) AND p.run_id = {run_id} AND p.action = 'remove'",
+        removed=text(removed),
+        place=_by_place(state.dialect, "p.list_id", list_ids, to_list=False),
+        lists=values(list(list_ids)),
         run_id=run_id,
     )
 
 
-def insert_excluded_from(
-    state: StateSql, moves: str, excluded: str, run_id: str, list_ids: Sequence[str], at: datetime
+def insert_moved(
+    dialect: Dialect,
+    moves: str,
+    removed: str,
+    tiered_table: str,
+    outranked: str,
+    run_id: str,
+    list_ids: Sequence[str],
+    at: datetime,
 ) -> Sql:
-    """Log each account the run's plan removes from a list of the programme because it is excluded."""
-    return state.sql(
+    """Log each account the run removes from one list of the programme whose best audience is another's."""
+    return sql(
         "INSERT INTO {moves} ({columns}) "
-        "SELECT p.run_id, {change}, p.account_id, p.crm_org_id, p.list_id, NULL, {at} FROM {plan} p "
-        "WHERE p.run_id = {run_id} AND p.action = 'remove' AND p.list_id IN ({lists}) "
-        "AND EXISTS (SELECT 1 FROM {excluded} x WHERE x.account_id = p.account_id)",
+        "SELECT DISTINCT {run_id}, {moved}, r.account_id, r.crm_org_id, r.list_id, {to_list}, {at} "
+        "FROM {removed} r JOIN {tiered} t ON t.{account} = r.account_id AND t.{org} = r.crm_org_id "
+        "{outranked} WHERE {is_best} AND t.{excluded} = 0 AND t.{list} <> r.place",
         moves=text(moves),
         columns=_MOVE_COLUMNS,
-        change=EXCLUDED_FROM,
+        run_id=text_value(dialect, run_id),
+        moved=text_value(dialect, MOVED),
+        to_list=_by_place(dialect, f"t.{LIST}", list_ids, to_list=True),
         at=at,
-        run_id=run_id,
-        lists=values(list(list_ids)),
+        removed=text(removed),
+        tiered=text(tiered_table),
+        account=text(ACCOUNT),
+        org=text(ORG),
+        list=text(LIST),
+        outranked=text(_outranked_join(outranked)),
+        is_best=text(_IS_BEST),
+        excluded=text(EXCLUDED),
+    )
+
+
+def insert_excluded_from(
+    dialect: Dialect, moves: str, removed: str, excluded: str, run_id: str, at: datetime
+) -> Sql:
+    """Log each account the run removes from a list of the programme because it is excluded."""
+    return sql(
+        "INSERT INTO {moves} ({columns}) "
+        "SELECT {run_id}, {change}, r.account_id, r.crm_org_id, r.list_id, NULL, {at} FROM {removed} r "
+        "WHERE EXISTS (SELECT 1 FROM {excluded} x WHERE x.account_id = r.account_id)",
+        moves=text(moves),
+        columns=_MOVE_COLUMNS,
+        run_id=text_value(dialect, run_id),
+        change=text_value(dialect, EXCLUDED_FROM),
+        at=at,
+        removed=text(removed),
         excluded=text(excluded),
     )
 
 
 def insert_kept_off(
-    state: StateSql, moves: str, tiered_table: str, run_id: str, list_ids: Sequence[str], at: datetime
+    dialect: Dialect,
+    moves: str,
+    removed: str,
+    tiered_table: str,
+    outranked: str,
+    run_id: str,
+    list_ids: Sequence[str],
+    at: datetime,
 ) -> Sql:
-    """Log each excluded account of the source with the list its best audience names, unless the plan
+    """Log each excluded account of the source with the list its best audience names, unless the run
     removes it (a member is logged as removed, :func:`insert_excluded_from`)."""
-    dialect = state.dialect
-    place = join(
-        " ",
-        (
-            sql("WHEN {place} THEN {list_id}", place=text(str(i)), list_id=text_value(dialect, list_id))
-            for i, list_id in enumerate(list_ids, start=1)
-        ),
-    )
-    return state.sql(
+    return sql(
         "INSERT INTO {moves} ({columns}) "
-        "SELECT DISTINCT {run_id}, {change}, t.{account}, t.{org}, NULL, CASE t.{list} {place} END, {at} "
-        "FROM {tiered} t WHERE t.{excluded} = 1 AND t.{list} = t.{best} AND NOT EXISTS (SELECT 1 "
-        "FROM {plan} p WHERE p.run_id = {run} AND p.action = 'remove' AND p.list_id IN ({lists}) "
-        "AND p.account_id = t.{account} AND p.crm_org_id = t.{org})",
-        run=run_id,
-        lists=values(list(list_ids)),
+        "SELECT DISTINCT {run_id}, {change}, t.{account}, t.{org}, NULL, {to_list}, {at} "
+        "FROM {tiered} t {outranked} WHERE t.{excluded} = 1 AND {is_best} AND NOT EXISTS (SELECT 1 "
+        "FROM {removed} r WHERE r.account_id = t.{account} AND r.crm_org_id = t.{org})",
         moves=text(moves),
         columns=_MOVE_COLUMNS,
         run_id=text_value(dialect, run_id),
@@ -241,11 +304,13 @@ def insert_kept_off(
         account=text(ACCOUNT),
         org=text(ORG),
         list=text(LIST),
-        place=place,
+        to_list=_by_place(dialect, f"t.{LIST}", list_ids, to_list=True),
         at=at,
         tiered=text(tiered_table),
+        removed=text(removed),
         excluded=text(EXCLUDED),
-        best=text(BEST),
+        outranked=text(_outranked_join(outranked)),
+        is_best=text(_IS_BEST),
     )
 
 

@@ -102,6 +102,8 @@ class Tiering:
         self.excluded = self._name(f"excl_{token}")
         self.copied = self._name(f"rows_{token}")
         self.tiered = self._name(f"tiers_{token}")
+        self.removed = self._name(f"gone_{token}")
+        self.outranked = self._name(f"best_{token}")
 
     def _name(self, table: str) -> str:
         dialect = self.db.dialect
@@ -127,6 +129,8 @@ class Tiering:
         started = time.monotonic()
         dialect = self.db.dialect
         self._create(self.excluded, statements.excluded_columns(dialect))
+        self._create(self.removed, statements.removed_columns(dialect))
+        self._create(self.outranked, statements.outranked_columns(dialect))
         for exclusion in self.exclusions:
             self._exclude(exclusion)
         if self.exclude_lists:
@@ -150,7 +154,9 @@ class Tiering:
         with self.db.transaction():
             self.db.execute(text(f"CREATE {self._kind()} {self.tiered} AS ") + select)
         self._made.append(self.tiered)
-        self.db.analyze(self.tiered)
+        with self.db.transaction():
+            self.db.execute(statements.insert_outranked(self.tiered, self.outranked))
+        self.db.analyze(self.tiered, self.outranked)
         tiered = self._count(columns)
         self.log.info(
             "Audiences: %d source rows tiered in %.1f s (%s)",
@@ -169,9 +175,14 @@ class Tiering:
     def source_of(self, tiered: Tiered, place: int) -> StateQuerySource:
         """The rows the list at ``place`` keeps, as its planner reads them."""
         quoted = ", ".join(self.db.dialect.quote(c) for c in tiered.columns)
-        relation = statements.assigned(tiered.table, place, quoted)
+        relation = statements.assigned(tiered.table, self.outranked, place, quoted)
         return StateQuerySource(
-            self.db, relation, tiered.columns, f"audience {self.values[place - 1]!r}'s rows", self.stage_rows
+            self.db,
+            relation,
+            tiered.columns,
+            f"audience {self.values[place - 1]!r}'s rows",
+            self.stage_rows,
+            rows=tiered.tiers.get(place, Tier()).kept,
         )
 
     def _check_columns(self, columns: list[str], description: str) -> None:
@@ -193,7 +204,9 @@ class Tiering:
     def _count(self, columns: list[str]) -> Tiered:
         """The rows per place of the tiered table, and a sample of the audiences not mapped."""
         tiered = Tiered(self.tiered, columns, 0)
-        for place, rows, kept, outranked, excluded in self.db.rows(statements.tier_counts(self.tiered)):
+        for place, rows, kept, outranked, excluded in self.db.rows(
+            statements.tier_counts(self.tiered, self.outranked)
+        ):
             tiered.rows += int(rows)
             if place is None:
                 tiered.unmapped = int(rows)

@@ -166,8 +166,10 @@ class Stager:
             shape = self._shape(rows, description)
             if shape is None:
                 return None
-            counted = numbered or f"(\n{query.text}\n)"  # a table is counted without numbering it
-            count = int(db.value(statements.count(text(counted))) or 0)
+            count = query.rows
+            if count is None:
+                counted = numbered or f"(\n{query.text}\n)"  # a table is counted without numbering it
+                count = int(db.value(statements.count(text(counted))) or 0)
             members_left, considered = None, count
             if members is not None:
                 members_left = self._differ(rows, members, shape)

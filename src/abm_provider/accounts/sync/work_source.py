@@ -35,10 +35,12 @@ class StateQuerySource:
     columns: Sequence[str]
     description: str = "audience's rows"
     page: int = 50_000
+    #: How many rows ``relation`` has, where the caller counted them already.
+    rows: int | None = None
 
     def query_on(self, conn_id: str, dialect: Dialect) -> WarehouseQuery | None:
         """The rows as the state connection reads them in place (they are on no other)."""
-        return WarehouseQuery(self.relation, None, is_table=True, numbered=True)
+        return WarehouseQuery(self.relation, None, is_table=True, numbered=True, rows=self.rows)
 
     @contextmanager
     def open(self) -> Iterator[OpenedSource]:
