@@ -7,8 +7,11 @@ from typing import Any
 
 import pytest
 
-from abm_provider.exceptions import SyncGuardTripped
+from abm_provider.accounts.sync.database import StateDatabase
+from abm_provider.accounts.sync.state import StateTables
+from abm_provider.exceptions import SyncAlreadyRunning, SyncGuardTripped
 from abm_provider.hooks.abm import AbmHook
+from abm_provider.warehouse.connections import sql_hook
 from accounts.audiences.audience_support import (
     TIERS,
     ids,
@@ -180,3 +183,28 @@ def test_a_dry_run_sends_nothing_and_shows_the_moves(abm: Any, warehouse: Wareho
     # The real run after it plans again and converges.
     sync(warehouse, lists, "run-2")
     assert on_service(abm, lists) == expected(SECOND, SECOND_CUSTOMERS)
+
+
+def test_a_list_another_sync_holds_stops_the_programme_before_anything_is_read_or_sent(
+    abm: Any, warehouse: Warehouse
+) -> None:
+    lists = make_lists()
+    write_model(warehouse, FIRST, FIRST_CUSTOMERS)
+    tables = StateTables.named(schema=warehouse.schema)
+    other = StateDatabase(sql_hook("abm_warehouse", "state_conn_id"))
+    try:
+        # A list sync of tier 2 is running: it holds that list's lock.
+        assert other.try_lock(tables.lock_key(lists["tier_2"]), "list-sync-run") is None
+        clear_requests(abm)
+        with pytest.raises(SyncAlreadyRunning, match=f"another sync of list {lists['tier_2']} is running"):
+            sync(warehouse, lists, "run-1")
+        assert membership_posts(abm) == []
+        # The locks the programme took before it met the held one were released.
+        for tier in ("tier_1", "tier_3"):
+            key = tables.lock_key(lists[tier])
+            assert other.try_lock(key, "list-sync-run") is None, f"{tier}'s lock was left held"
+            other.unlock(key)
+    finally:
+        other.close()
+    sync(warehouse, lists, "run-2")
+    assert on_service(abm, lists) == expected(FIRST, FIRST_CUSTOMERS)

@@ -59,7 +59,9 @@ def test_a_file_source_with_file_and_query_exclusions_is_tiered_through_python(
     assert {e["audience"]: e["excluded"] for e in summary["lists"]} == {"gold": 0, "silver": 2}
 
 
-def test_numeric_audiences_unmapped_values_and_exclude_lists(abm: Any, warehouse: Warehouse) -> None:
+def test_numeric_audiences_unmapped_values_and_exclude_lists(
+    abm: Any, warehouse: Warehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
     rows = [
         (account_id(n), f"Account {n}", ORG, tier) for n, tier in ((1, 1), (2, 2), (3, 2), (4, 9), (5, 2))
     ]
@@ -81,10 +83,12 @@ def test_numeric_audiences_unmapped_values_and_exclude_lists(abm: Any, warehouse
         "run-1",
         table=warehouse.name("numbered"),
         exclusions=[],
-        exclude_lists=[other],
+        exclude_lists=[other, "never-synced"],
     )
     assert on_service(abm, {"1": lists["tier_1"], "2": lists["tier_2"]}) == {"1": ids(1), "2": ids(2, 5)}
     assert summary["lists"][1]["excluded"] == 1
+    log = capsys.readouterr().out  # Airflow's task logging writes there, not through caplog
+    assert "exclude_lists names list never-synced, which has no members recorded" in log
     assert summary["totals"]["source_rows"] == 3  # the rows lists keep: tier 9 is on none, 3 excluded
 
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from abm_provider.accounts.audiences import statements
 from abm_provider.accounts.sources import SqlSource
 from abm_provider.accounts.sync.statements.binding import text
+from abm_provider.accounts.sync.statements.plan import has_rows
 from abm_provider.accounts.sync.statements.staging import RECORD
 from abm_provider.accounts.sync.statements.tables import WORK_PREFIX, create_work_table, drop_table
 from abm_provider.accounts.sync.work_source import StateQuerySource
@@ -134,9 +135,7 @@ class Tiering:
         for exclusion in self.exclusions:
             self._exclude(exclusion)
         if self.exclude_lists:
-            state = self.db.state_sql(self.tables)
-            with self.db.transaction():
-                self.db.execute(statements.insert_excluded_members(state, self.excluded, self.exclude_lists))
+            self._exclude_members()
         numbered = self._numbered(source)
         columns = [name for name, _ in dialect.described_columns(self.db.cur, numbered)][1:]
         self._check_columns(columns, source.description)
@@ -168,6 +167,21 @@ class Tiering:
             ),
         )
         return tiered
+
+    def _exclude_members(self) -> None:
+        """Add the recorded members of ``exclude_lists``; warn of a list with none recorded (kept by no
+        sync on these state tables, or not yet synced), which excludes nothing."""
+        state = self.db.state_sql(self.tables)
+        with self.db.transaction():
+            self.db.execute(statements.insert_excluded_members(state, self.excluded, self.exclude_lists))
+        for list_id in self.exclude_lists:
+            if self.db.value(has_rows(state.members, list_id)) is None:
+                self.log.warning(
+                    "Audiences: exclude_lists names list %s, which has no members recorded in %s; it "
+                    "excludes nothing (is it kept by a sync on these state tables?)",
+                    list_id,
+                    self.db.names(self.tables).members,
+                )
 
     def _kind(self) -> str:
         return "TEMPORARY TABLE" if self.db.dialect.capabilities.temporary_tables else "TABLE"
