@@ -51,7 +51,6 @@ import json
 import os
 import shlex
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,10 +61,27 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 import bench_cases
+from bench_audiences import AudienceSection
 from bench_report import ROOT, Check, Row, machine_info, render_markdown, render_text
+from bench_support import (
+    ABM_CONN,
+    PG_ADMIN_DSN,
+    PG_DATABASE,
+    PG_DSN,
+    PG_SERVER,
+    POSTGRES_CONN,
+    REQUEST_LOG_SIZE,
+    account_id_sql,
+    ensure_pg_database,
+    human_count,
+    log,
+    median_figures,
+    mib,
+    psql,
+    repeat_first_and_second,
+)
 from measure_storage import parse_size
 
 MiB = 1 << 20
@@ -73,16 +89,9 @@ EXPORT_TYPE = "TACTIC_PERFORMANCE"
 SECTIONS = ("export", "lists", "waiting", "startup", "sync", "cloud", "audiences")
 #: The cloud section's warehouses, each on its emulator.
 CLOUD_WAREHOUSES = ("snowflake", "bigquery")
-# The PostgreSQL server (no database part); the suite creates and uses its own database on it.
-PG_SERVER = urlsplit(os.environ.get("ABM_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432"))
-PG_DATABASE = os.environ.get("ABM_BENCH_PG_DATABASE", "abm_bench")
-PG_ADMIN_DSN = PG_SERVER._replace(path="/postgres").geturl()
-PG_DSN = PG_SERVER._replace(path=f"/{PG_DATABASE}").geturl()
 SQLALCHEMY_URL = PG_SERVER._replace(scheme="postgresql+psycopg2", path=f"/{PG_DATABASE}").geturl()
-ABM_CONN = "abm_default"
 DUCKDB_CONN = "bench_duckdb"
 ACCOUNTS_CONN = "bench_accounts"
-POSTGRES_CONN = "bench_postgres"
 SYNC_DUCKDB_CONN = "bench_sync_duckdb"
 # The part of the sync's source that changes between its first and second run.
 SYNC_CHANGED = 0.01
@@ -209,18 +218,6 @@ def human_bytes(size: int) -> str:
     return f"{size} B"
 
 
-def human_count(count: float) -> str:
-    if count >= 1e6:
-        return f"{count / 1e6:.2f}M"
-    if count >= 1e3:
-        return f"{count / 1e3:.1f}k"
-    return f"{count:.0f}"
-
-
-def log(message: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
 # ---------------------------------------------------------------------------------------- plumbing
 
 
@@ -290,34 +287,6 @@ class Bench:
                 ABM_CONN, {"conn_type": "abm", "host": emulator.base_url, "password": emulator.api_key}
             )
             yield emulator
-
-
-def median_figures(
-    runs: list[dict[str, Any]], derive: Callable[[dict[str, Any]], dict[str, float]]
-) -> dict[str, float]:
-    """Per-run figures, then the median of each across runs."""
-    per_run = [derive(r) for r in runs]
-    return {key: statistics.median(f[key] for f in per_run) for key in per_run[0]}
-
-
-def mib(kib: float) -> float:
-    return kib / 1024
-
-
-def psql(dsn: str, *commands: str) -> str:
-    args = ["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", dsn]
-    for command in commands:
-        args += ["-c", command]
-    done = subprocess.run(args, check=False, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"psql {dsn} failed ({done.returncode}): {done.stderr.strip()}")
-    return done.stdout.strip()
-
-
-def ensure_pg_database() -> None:
-    exists = psql(PG_ADMIN_DSN, f"SELECT 1 FROM pg_database WHERE datname = '{PG_DATABASE}'")
-    if exists != "1":
-        psql(PG_ADMIN_DSN, f"CREATE DATABASE {PG_DATABASE}")
 
 
 def drop_pg_tables() -> None:
@@ -889,17 +858,9 @@ class StartupSection:
 
 # ---------------------------------------------------------------------------------------- section 5
 
-SYNC_WAREHOUSES = (("duckdb", "DuckDB"), ("postgres", "PostgreSQL"))
 SYNC_STATE_TABLES = tuple(
     f"{bench_cases.SYNC_STATE_PREFIX}{name}" for name in ("members", "plan", "rejects", "runs")
 )
-# The emulator's request log keeps this many requests; past it, a run's request count is a floor.
-REQUEST_LOG_SIZE = 5000
-
-
-def account_id_sql(number: str) -> str:
-    """An account id the emulator knows (``001`` and 15 digits), in SQL both DuckDB and PostgreSQL run."""
-    return f"'001' || lpad(CAST({number} AS VARCHAR), 15, '0')"
 
 
 def sync_rows_sql(first: int, last: int) -> str:
@@ -926,32 +887,6 @@ def sync_figures(run: dict[str, Any]) -> dict[str, float]:
         if key in run:
             figures[key] = run[key]
     return figures
-
-
-def repeat_first_and_second(bench: Bench, section: Any, repeats: int) -> None:
-    """On each warehouse of :data:`SYNC_WAREHOUSES`, ``repeats`` times: ``section`` seeds its source,
-    times the bare request loop and its first and second runs; then it reports, per warehouse, so that
-    a failure on the second keeps the first's figures. The sync and audiences sections share it."""
-    with bench.emulator() as emulator:
-        for warehouse, label in SYNC_WAREHOUSES:
-            runs: dict[str, list[dict[str, Any]]] = {"first": [], "second": [], "bare": []}
-            try:
-                for number in range(1, repeats + 1):
-                    section.seed(warehouse)
-                    bare = section.bare(emulator, warehouse)
-                    first, second = section.first_and_second(emulator, warehouse)
-                    runs["first"].append(first)
-                    runs["second"].append(second)
-                    runs["bare"].append(bare)
-                    log(
-                        f"  run {number}/{repeats} {warehouse:<8} bare loop {bare['seconds']:6.1f} s; "
-                        f"first {first['seconds']:6.1f} s, "
-                        f"peak RSS {mib(first['peak_rss_kib']):4.0f} MiB; second "
-                        f"{second['seconds']:6.1f} s, peak RSS {mib(second['peak_rss_kib']):4.0f} MiB"
-                    )
-            finally:
-                section.clean(warehouse)
-            section.report(label, runs)
 
 
 class SyncSection:
@@ -1304,19 +1239,6 @@ class CloudSection:
 # ---------------------------------------------------------------------------------------- section 7
 
 
-def audience_section(bench: Bench) -> Section:
-    """Section 7, in ``scripts/bench_audiences.py``: imported when it runs, as it imports this module.
-
-    Run as a script, this module is ``__main__``: it is registered as ``bench`` too, so the section
-    shares it rather than loading a second copy.
-    """
-    if __name__ == "__main__":
-        sys.modules.setdefault("bench", sys.modules[__name__])
-    from bench_audiences import AudienceSection
-
-    return AudienceSection(bench)
-
-
 # ---------------------------------------------------------------------------------------- main
 
 
@@ -1370,7 +1292,7 @@ def main(argv: list[str] | None = None) -> int:
             "startup": StartupSection,
             "sync": SyncSection,
             "cloud": CloudSection,
-            "audiences": audience_section,
+            "audiences": AudienceSection,
         }
         failed = [
             name for name in SECTIONS if name in sections and not run_section(bench, name, classes[name])

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import bench_cases
-from bench import (
+from bench_report import Check, Row
+from bench_support import (
     ABM_CONN,
     PG_DSN,
     POSTGRES_CONN,
     REQUEST_LOG_SIZE,
-    Bench,
     account_id_sql,
     ensure_pg_database,
     human_count,
@@ -37,7 +37,6 @@ from bench import (
     psql,
     repeat_first_and_second,
 )
-from bench_report import Check, Row
 
 AUDIENCE_DUCKDB_CONN = "bench_audience_duckdb"
 #: The tiers in priority order, the highest first, and the share of the accounts each starts with.
@@ -81,7 +80,7 @@ class AudienceSection:
     """AccountAudienceSyncOperator over N accounts in three tiers, customers excluded, into three empty
     lists, then after 1% of the accounts moved between tiers; beside the bare request loop."""
 
-    def __init__(self, bench: Bench) -> None:
+    def __init__(self, bench: Any) -> None:
         self.bench = bench
         self.duckdb_path = str(bench.work / "audiences.duckdb")
         bench.set_conn(AUDIENCE_DUCKDB_CONN, {"conn_type": "duckdb", "host": self.duckdb_path})
