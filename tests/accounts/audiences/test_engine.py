@@ -208,3 +208,51 @@ def test_a_list_another_sync_holds_stops_the_programme_before_anything_is_read_o
         other.close()
     sync(warehouse, lists, "run-2")
     assert on_service(abm, lists) == expected(FIRST, FIRST_CUSTOMERS)
+
+
+def test_a_programme_with_members_tiers_again_only_the_accounts_that_changed(
+    abm: Any, warehouse: Warehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Once a list of the programme has members, a run compares the source with every member of the
+    programme on the account's key and tiers again only the accounts where something differs. That
+    must still take off an account a list sync left on a second list of the programme, move an
+    account whose in-step row is outranked by a new row, and leave an account whose second row names
+    a lower tier where it is."""
+    lists = make_lists()
+    write_model(warehouse, FIRST, FIRST_CUSTOMERS)
+    # A list sync of the tier 1 list, before the programme, put 9 (a tier 2 account) on it as well.
+    model = warehouse.name("model")
+    list_sync_operator(
+        warehouse,
+        lists["tier_1"],
+        sql=f"SELECT account_id, account_name, crm_org_id FROM {model} WHERE account_id = '{account_id(9)}'",
+    ).execute(context("before"))
+    assert on_service(abm, lists)["tier_1"] == ids([9])
+    capsys.readouterr()
+    sync(warehouse, lists, "run-1", max_removals=None)  # the one member of tier 1 leaves it
+    compared = warehouse.kind != "mariadb"  # MariaDB has no full outer join: it tiers every row
+    assert ("accounts changed" in capsys.readouterr().out) is compared
+    held = on_service(abm, lists)
+    assert held == expected(FIRST, FIRST_CUSTOMERS)
+    assert account_id(9) in held["tier_2"]
+
+    # 12 (tier 2, in step) gains a tier 1 row and keeps its tier 2 row; 14 gains a tier 3 row.
+    third = {**FIRST, "tier_1": [*FIRST["tier_1"], 12], "tier_3": [*FIRST["tier_3"], 14]}
+    write_model(warehouse, third, FIRST_CUSTOMERS)
+    clear_requests(abm)
+    second = sync(warehouse, lists, "run-2")
+    held = on_service(abm, lists)
+    assert held == expected(third, FIRST_CUSTOMERS)
+    assert [(action, list_id) for action, list_id, _ in membership_posts(abm)] == [
+        ("remove", lists["tier_2"]),
+        ("add", lists["tier_1"]),
+    ]
+    assert {(m["from"], m["to"]): m["accounts"] for m in second["moves"]} == {("tier_2", "tier_1"): 1}
+    assert {e["audience"]: e["source_rows"] for e in second["lists"]} == {
+        tier: len(accounts) for tier, accounts in held.items()
+    }
+
+    clear_requests(abm)
+    sync(warehouse, lists, "run-3")
+    assert membership_posts(abm) == []
+    assert on_service(abm, lists) == held

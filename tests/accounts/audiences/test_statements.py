@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, get_args
 
@@ -43,6 +44,7 @@ TEXT_FUNCTIONS = {
     "excluded_columns",
     "removed_columns",
     "outranked_columns",
+    "changed_columns",
     "trimmed",
     "assigned",
     "create_moves",
@@ -66,21 +68,35 @@ def _every_statement(dialect: Dialect) -> dict[str, tuple[Sql, tuple[Any, ...]]]
     state = StateSql.of(dialect, TABLES)
     numbered = text(WorkTables.new(dialect, "state").numbered)
     excluded, tiered_table, removed = _work(dialect, "excl"), _work(dialect, "tiered"), _work(dialect, "gone")
-    outranked = _work(dialect, "best")
+    outranked, changed = _work(dialect, "best"), _work(dialect, "chg")
     moves = dialect.table_sql(moves_table(TABLES))
     rows = sql("(SELECT * FROM src WHERE list_id = {list_id})", list_id=LIST_ID)
-    tiered: dict[str, Any] = {"dialect": dialect, "numbered": numbered, "excluded": excluded}
-    tiered |= {"audience": "tier", "values_in_order": TIERS, "id_column": "account id"}
+    staged = [text("t.a"), sql("COALESCE(t.o, {org})", org=ORG), text("t.c"), text("t.n")]
+    keys = statements.RowKeys("tier", TIERS, "account id", "org", ORG)
+    no_org = statements.RowKeys("tier", TIERS, "account id", None, None)
     return {
         "insert_excluded": (statements.insert_excluded(dialect, excluded, rows, "account id"), (LIST_ID,)),
         "insert_excluded_members": (
             statements.insert_excluded_members(state, excluded, LISTS),
             (LIST_ID, OTHER_LIST),
         ),
-        "tiered": (statements.tiered(**tiered, org_column="org", default_org=ORG), (*TIERS, ORG)),
-        "tiered default_org": (statements.tiered(**tiered, org_column=None, default_org=ORG), (*TIERS, ORG)),
-        "tiered no org": (statements.tiered(**tiered, org_column=None, default_org=None), TIERS),
+        "tiered": (statements.tiered(dialect, numbered, excluded, keys), (*TIERS, ORG)),
+        "tiered default_org": (
+            statements.tiered(dialect, numbered, excluded, replace(keys, org_column=None)),
+            (*TIERS, ORG),
+        ),
+        "tiered no org": (statements.tiered(dialect, numbered, excluded, no_org), TIERS),
         "tier_counts": (statements.tier_counts(tiered_table, outranked), ()),
+        "insert_changed": (
+            statements.insert_changed(state, changed, rows, excluded, no_org, LISTS, staged),
+            (*TIERS, LIST_ID, LIST_ID, OTHER_LIST, LIST_ID, OTHER_LIST, ORG, ORG),
+        ),
+        "tiered changed": (
+            statements.tiered(dialect, numbered, excluded, keys, changed),
+            (*TIERS, ORG),
+        ),
+        "changed_members": (statements.changed_members(state, changed, LISTS), (LIST_ID, OTHER_LIST)),
+        "in_step_counts": (statements.in_step_counts(state, changed, LISTS), (LIST_ID, OTHER_LIST)),
         "insert_outranked": (statements.insert_outranked(tiered_table, outranked), ()),
         "unmapped_sample": (statements.unmapped_sample(dialect, tiered_table, "tier", 5), ()),
         "delete_moves": (statements.delete_moves(moves, RUN_ID, LISTS), (RUN_ID, LIST_ID, OTHER_LIST)),
@@ -115,6 +131,7 @@ def _texts(dialect: Dialect) -> dict[str, Any]:
         "excluded_columns": statements.excluded_columns(dialect),
         "removed_columns": statements.removed_columns(dialect),
         "outranked_columns": statements.outranked_columns(dialect),
+        "changed_columns": statements.changed_columns(dialect),
         "trimmed": statements.trimmed(dialect, dialect.quote("account id")),
         "assigned": statements.assigned(_work(dialect, "tiered"), _work(dialect, "best"), 2, '"a", "b"'),
         "create_moves": statements.create_moves(dialect, dialect.table_sql(moves_table(TABLES))),

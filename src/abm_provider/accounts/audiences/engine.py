@@ -36,6 +36,7 @@ from abm_provider.accounts.sync.plan import Planner
 from abm_provider.accounts.sync.recording import Recorder
 from abm_provider.accounts.sync.sending import PlannedRun, Sender, unfinished_runs
 from abm_provider.accounts.sync.state import uses_lock_rows, utc_now
+from abm_provider.accounts.sync.statements.binding import text
 from abm_provider.accounts.sync.summary import read_summary
 
 if TYPE_CHECKING:
@@ -195,19 +196,22 @@ class AudienceSync:
         tiering = Tiering(
             self.db,
             self.tables,
+            self.options,
             self.validator,
             self.column,
             [tier.audience.value for tier in self.tiers],
+            self.list_ids,
             self.exclusions,
             self.exclude_lists,
             self.log,
-            self.options.stage_rows,
         )
         prepared = []
         try:
             tiered = tiering.build(source)
+            members = None if tiered.members is None else text(tiered.members)
             for tier in self.tiers:
-                prepared.append((tier, tier.planner.prepare(tiering.source_of(tiered, tier.place))))
+                source_rows = tiering.source_of(tiered, tier.place)
+                prepared.append((tier, tier.planner.prepare(source_rows, members)))
             with self.db.transaction():
                 written = [(tier, tier.planner.write(ready)) for tier, ready in prepared]
                 tripped = check_programme(

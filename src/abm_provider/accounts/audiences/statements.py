@@ -8,10 +8,11 @@ Every value is bound; only names the dialect quoted and numbers the sync made ar
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from abm_provider.accounts.sync.statements.binding import Sql, join, sql, text, text_value, values
-from abm_provider.accounts.sync.statements.staging import RECORD
+from abm_provider.accounts.sync.statements.staging import RECORD, equal_to_member
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -66,50 +67,160 @@ def insert_excluded_members(state: StateSql, excluded: str, list_ids: Sequence[s
     )
 
 
-def tiered(
-    dialect: Dialect,
-    numbered: Sql,
-    excluded: str,
-    *,
-    audience: str,
-    values_in_order: Sequence[str],
-    id_column: str,
-    org_column: str | None,
-    default_org: str | None,
-) -> Sql:
-    """The ``SELECT`` of the tiered table: every numbered source row, with :data:`RESERVED`'s columns.
+@dataclass(frozen=True)
+class RowKeys:
+    """How a source row is tiered: its audience's column, the audience values in priority order, and
+    the columns of its account's key (the id; the org, or ``default_org``, or ``''``)."""
 
-    An account is its key as the lists record it: the id, and the org or ``default_org`` or ``''``.
-    Audiences compare as text, so a numeric column matches ``"1"``.
+    audience: str
+    values_in_order: Sequence[str]
+    id_column: str
+    org_column: str | None
+    default_org: str | None
+
+    def place(self, dialect: Dialect, row: str) -> Sql:
+        """The audience's place in the priority order (from 1) of source row ``row``; ``NULL`` for an
+        audience the programme does not map. Audiences compare as text, so a number matches ``"1"``."""
+        whens = join(
+            " ",
+            (
+                sql("WHEN {value} THEN {place}", value=text_value(dialect, value), place=text(str(i)))
+                for i, value in enumerate(self.values_in_order, start=1)
+            ),
+        )
+        audience = dialect.cast_sql(f"{row}.{dialect.quote(self.audience)}", "TEXT")
+        return sql("CASE {audience} {whens} END", audience=text(audience), whens=whens)
+
+    def account(self, dialect: Dialect, row: str) -> Sql:
+        """The id of source row ``row`` as the lists record it (``''`` for none)."""
+        return text(f"COALESCE({trimmed(dialect, f'{row}.{dialect.quote(self.id_column)}')}, '')")
+
+    def org(self, dialect: Dialect, row: str) -> Sql:
+        """The org of source row ``row`` as the lists record it."""
+        if self.org_column is not None:
+            found = text(f"NULLIF({trimmed(dialect, f'{row}.{dialect.quote(self.org_column)}')}, '')")
+            default = text_value(dialect, self.default_org)
+            return sql("COALESCE({found}, {default}, '')", found=found, default=default)
+        if self.default_org is not None:
+            return text_value(dialect, self.default_org)
+        return text("''")
+
+
+def tiered(dialect: Dialect, numbered: Sql, excluded: str, keys: RowKeys, changed: str | None = None) -> Sql:
+    """The ``SELECT`` of the tiered table: every numbered source row, with :data:`RESERVED`'s columns;
+    with ``changed``, the rows of the accounts in that table only (its keys are distinct).
+
+    The excluded ids and the changed keys are looked up with ``IN`` and a join rather than a correlated
+    ``EXISTS`` on the row's key: DuckDB evaluates an ``EXISTS`` on a key worked out from the row's
+    columns row by row, where it hashes an ``IN`` or a join once.
     """
-    place = join(
-        " ",
-        (
-            sql("WHEN {value} THEN {place}", value=text_value(dialect, value), place=text(str(i)))
-            for i, value in enumerate(values_in_order, start=1)
-        ),
-    )
-    org = text("''")
-    if org_column is not None:
-        found = text(f"NULLIF({trimmed(dialect, 'n.' + dialect.quote(org_column))}, '')")
-        org = sql("COALESCE({found}, {default}, '')", found=found, default=text_value(dialect, default_org))
-    elif default_org is not None:
-        org = text_value(dialect, default_org)
-    account = f"COALESCE({trimmed(dialect, 'n.' + dialect.quote(id_column))}, '')"
+    account, org = keys.account(dialect, "n"), keys.org(dialect, "n")
+    rows = numbered
+    if changed is not None:
+        rows = sql(
+            "{numbered} n JOIN {changed} c ON c.{account_name} = {account} AND c.{org_name} = {org}",
+            numbered=numbered,
+            changed=text(changed),
+            account_name=text(ACCOUNT),
+            account=account,
+            org_name=text(ORG),
+            org=org,
+        )
+    else:
+        rows += text(" n")
     return sql(
-        "SELECT n.*, CASE {audience} {place} END AS {list}, {account} AS {account_name}, "
-        "{org} AS {org_name}, CASE WHEN EXISTS (SELECT 1 FROM {excluded} x WHERE x.account_id = {account}) "
-        "THEN 1 ELSE 0 END AS {excluded_name} FROM {numbered} n",
-        audience=text(dialect.cast_sql("n." + dialect.quote(audience), "TEXT")),
-        place=place,
+        "SELECT n.*, {place} AS {list}, {account} AS {account_name}, {org} AS {org_name}, "
+        "CASE WHEN {account} IN (SELECT x.account_id FROM {excluded} x) THEN 1 ELSE 0 END AS {excluded_name} "
+        "FROM {rows}",
+        place=keys.place(dialect, "n"),
         list=text(LIST),
-        account=text(account),
+        account=account,
         account_name=text(ACCOUNT),
         org=org,
         org_name=text(ORG),
         excluded=text(excluded),
         excluded_name=text(EXCLUDED),
-        numbered=numbered,
+        rows=rows,
+    )
+
+
+def changed_columns(dialect: Dialect) -> str:
+    """The columns of the changed table: the key of an account whose rows or memberships changed."""
+    key = dialect.text_sql(255)
+    return f"{ACCOUNT} {key}, {ORG} {key}{dialect.key_index_sql([ACCOUNT, ORG])}"
+
+
+def insert_changed(
+    state: StateSql,
+    changed: str,
+    rows: Sql,
+    excluded: str,
+    keys: RowKeys,
+    list_ids: Sequence[str],
+    staged: Sequence[Sql],
+) -> Sql:
+    """Fill ``changed`` with the accounts a run must tier again: one full outer join of the source's
+    ``rows`` (a table, or a query in parentheses) with the members of the programme's lists.
+
+    A row and a member pair when the row's ``staged`` values (its id, org, type and name as the SQL
+    rules stage them, on ``t``) have the member's key, and are in step when the row names the member's
+    list, has its recorded type and name too, and the account is not ``excluded``. An account with a
+    pair not in step, a row and no member, or a member and no row, is changed; any other account keeps
+    its one list, every row of it naming that list. The rows join on their values as they are, so the
+    join hashes the source's own columns; a row whose id or org the lists record otherwise (spaces
+    around it) pairs with no member, and its account is tiered again, as an excluded account with rows
+    is.
+    """
+    dialect = state.dialect
+    account_id, org = staged[0], staged[1]
+    return state.sql(
+        "INSERT INTO {changed} ({account_name}, {org_name}) SELECT DISTINCT "
+        "CASE WHEN m.account_id IS NULL THEN {account} ELSE m.account_id END, "
+        "CASE WHEN m.account_id IS NULL THEN {org} ELSE m.crm_org_id END "
+        "FROM (SELECT n.*, {place} AS {list} FROM {rows} n) t FULL OUTER JOIN (SELECT m.account_id, "
+        "m.crm_org_id, m.crm_type, m.account_name, {member_place} AS abm_place, CASE WHEN m.account_id IN "
+        "(SELECT x.account_id FROM {excluded} x) THEN 1 ELSE 0 END AS {excluded_name} FROM {members} m "
+        "WHERE m.list_id IN ({lists})) m ON {account_id} = m.account_id AND {staged_org} = m.crm_org_id "
+        "WHERE CASE WHEN t.{list} = m.abm_place AND m.{excluded_name} = 0 AND {same} THEN 0 ELSE 1 END = 1",
+        changed=text(changed),
+        account_name=text(ACCOUNT),
+        org_name=text(ORG),
+        account=keys.account(dialect, "t"),
+        org=keys.org(dialect, "t"),
+        place=keys.place(dialect, "n"),
+        list=text(LIST),
+        rows=rows,
+        member_place=_by_place(dialect, "m.list_id", list_ids, to_list=False),
+        excluded=text(excluded),
+        excluded_name=text(EXCLUDED),
+        lists=values(list(list_ids)),
+        account_id=account_id,
+        staged_org=org,
+        same=equal_to_member(staged),
+    )
+
+
+def changed_members(state: StateSql, changed: str, list_ids: Sequence[str]) -> Sql:
+    """The members of the programme's lists whose accounts are in ``changed``."""
+    return state.sql(
+        "SELECT m.* FROM {members} m WHERE m.list_id IN ({lists}) AND EXISTS (SELECT 1 FROM {changed} c "
+        "WHERE c.{account} = m.account_id AND c.{org} = m.crm_org_id)",
+        lists=values(list(list_ids)),
+        changed=text(changed),
+        account=text(ACCOUNT),
+        org=text(ORG),
+    )
+
+
+def in_step_counts(state: StateSql, changed_members_table: str, list_ids: Sequence[str]) -> Sql:
+    """``(list_id, accounts)``: the members of each list but those in ``changed_members_table``, the
+    accounts left in step, every row of them naming that list, unchanged."""
+    return state.sql(
+        "SELECT list_id, SUM(accounts) FROM (SELECT list_id, COUNT(*) AS accounts FROM {members} "
+        "WHERE list_id IN ({lists}) GROUP BY list_id UNION ALL SELECT list_id, -COUNT(*) FROM {changed} "
+        "GROUP BY list_id) c GROUP BY list_id",
+        lists=values(list(list_ids)),
+        changed=text(changed_members_table),
     )
 
 

@@ -14,6 +14,14 @@ is planned, the source is copied once into a work table of the state connection,
   (:func:`~abm_provider.accounts.audiences.statements.assigned`), so no account is assigned to two
   lists, and no excluded account to any.
 
+Once a list of the programme has members, the source is first compared with every member of the
+programme in one full outer join on the account's key
+(:func:`~abm_provider.accounts.audiences.statements.insert_changed`). An account whose rows all name
+the list it is on, with the values recorded there, stays as it is; only the others (and the excluded)
+go into the tiered table, and each list's planner compares them with their members alone. So a
+programme in step with its source tiers and plans only what changed: one pass over the source, not a
+copy of it.
+
 Each list's rows reach the list sync's planner as a
 :class:`~abm_provider.accounts.sync.work_source.StateQuerySource`,
 keeping their record numbers in the user's source.
@@ -25,15 +33,21 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from abm_provider.accounts.audiences import statements
 from abm_provider.accounts.sources import SqlSource
+from abm_provider.accounts.sync.staging import Stager
 from abm_provider.accounts.sync.statements.binding import text
 from abm_provider.accounts.sync.statements.plan import has_rows
-from abm_provider.accounts.sync.statements.staging import RECORD
-from abm_provider.accounts.sync.statements.tables import WORK_PREFIX, create_work_table, drop_table
+from abm_provider.accounts.sync.statements.staging import RECORD, count, staged_values
+from abm_provider.accounts.sync.statements.tables import (
+    WORK_PREFIX,
+    create_work_table,
+    create_work_table_as,
+    drop_table,
+)
 from abm_provider.accounts.sync.work_source import StateQuerySource
 from abm_provider.common.sql import one_statement
 from abm_provider.warehouse.schema import TableName
@@ -41,6 +55,7 @@ from abm_provider.warehouse.schema import TableName
 if TYPE_CHECKING:
     from abm_provider.accounts.sources import AccountSource
     from abm_provider.accounts.sync.database import StateDatabase
+    from abm_provider.accounts.sync.options import SyncOptions
     from abm_provider.accounts.sync.state import StateTables
     from abm_provider.accounts.validation import AccountValidator
 
@@ -69,7 +84,13 @@ class Tier:
 
 @dataclass
 class Tiered:
-    """The tiered table of one run: its name, the source's columns, and the rows per place."""
+    """The tiered table of one run: its name, the source's columns, and the rows per place.
+
+    ``members``: where the run compared the source with the programme's members first, the work table
+    of the members of the accounts it tiers again (the others keep their lists); ``None`` when the
+    table holds every source row, to be compared with every member. ``changed``: how many accounts
+    were tiered again then.
+    """
 
     table: str
     columns: list[str]
@@ -77,6 +98,8 @@ class Tiered:
     tiers: dict[int, Tier] = field(default_factory=dict)
     unmapped: int = 0
     unmapped_values: list[str] = field(default_factory=list)
+    members: str | None = None
+    changed: int | None = None
 
 
 @dataclass
@@ -89,13 +112,14 @@ class Tiering:
 
     db: StateDatabase
     tables: StateTables
+    options: SyncOptions
     validator: AccountValidator
     column: str
     values: Sequence[str]
+    list_ids: Sequence[str]
     exclusions: Sequence[Exclusion]
     exclude_lists: Sequence[str]
     log: logging.Logger | Any
-    stage_rows: int = 50_000
     _made: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -105,6 +129,8 @@ class Tiering:
         self.tiered = self._name(f"tiers_{token}")
         self.removed = self._name(f"gone_{token}")
         self.outranked = self._name(f"best_{token}")
+        self.changed = self._name(f"chg_{token}")
+        self.changed_members = self._name(f"mchg_{token}")
 
     def _name(self, table: str) -> str:
         dialect = self.db.dialect
@@ -136,37 +162,90 @@ class Tiering:
             self._exclude(exclusion)
         if self.exclude_lists:
             self._exclude_members()
-        numbered = self._numbered(source)
+        numbered, rows = self._numbered(source)
         columns = [name for name, _ in dialect.described_columns(self.db.cur, numbered)][1:]
         self._check_columns(columns, source.description)
         org = self.validator.column_map.get("crmOrgId")
-        select = statements.tiered(
-            dialect,
-            text(numbered),
-            self.excluded,
-            audience=self.column,
-            values_in_order=self.values,
-            id_column=self.validator.id_column,
-            org_column=org if org in columns and "crmOrgId" in self.validator.fields else None,
-            default_org=self.validator.default_crm_org_id,
+        keys = statements.RowKeys(
+            self.column,
+            self.values,
+            self.validator.id_column,
+            org if org in columns and "crmOrgId" in self.validator.fields else None,
+            self.validator.default_crm_org_id,
         )
+        changed = self._compare(numbered, rows, keys)
+        only = None if changed is None else self.changed
+        select = statements.tiered(dialect, text(numbered), self.excluded, keys, only)
         with self.db.transaction():
-            self.db.execute(text(f"CREATE {self._kind()} {self.tiered} AS ") + select)
+            self.db.execute(create_work_table_as(dialect, self.tiered, select))
         self._made.append(self.tiered)
         with self.db.transaction():
             self.db.execute(statements.insert_outranked(self.tiered, self.outranked))
         self.db.analyze(self.tiered, self.outranked)
         tiered = self._count(columns)
+        if changed is not None:
+            self._add_in_step(tiered)
+            tiered.members, tiered.changed = self.changed_members, changed
         self.log.info(
-            "Audiences: %d source rows tiered in %.1f s (%s)",
+            "Audiences: %d source rows tiered in %.1f s (%s)%s",
             tiered.rows,
             time.monotonic() - started,
             ", ".join(
                 f"{value}: {tiered.tiers.get(i, Tier()).kept} kept"
                 for i, value in enumerate(self.values, start=1)
             ),
+            "" if changed is None else f"; {changed} accounts changed, the others in step with their lists",
         )
         return tiered
+
+    def _compare(self, numbered: str, rows: str, keys: statements.RowKeys) -> int | None:
+        """Find the accounts whose rows or memberships changed, and their members; how many, or
+        ``None`` when the run tiers every row (a first run, a full resync, a database without full
+        outer joins or the rules in SQL, columns the rules cannot read).
+
+        One full outer join of the source with the programme's members on the account's key
+        (:func:`~abm_provider.accounts.audiences.statements.insert_changed`): a programme in step
+        with its source tiers only what changed since.
+        """
+        db, dialect = self.db, self.db.dialect
+        able = dialect.capabilities.full_outer_join and dialect.has_rules_in_sql
+        if self.options.full_resync or not able:
+            return None
+        state = db.state_sql(self.tables)
+        if not any(db.value(has_rows(state.members, list_id)) is not None for list_id in self.list_ids):
+            return None
+        shape = Stager(db, self.options, self.validator, self.log).shape(numbered, "audience source")
+        if shape is None:
+            return None
+        staged = staged_values(
+            dialect, self.validator, {f: f"t.{c}" for f, c in shape.fields.items()}, shape.text
+        )
+        self._create(self.changed, statements.changed_columns(dialect))
+        with db.transaction():
+            db.execute(
+                statements.insert_changed(
+                    state, self.changed, text(rows), self.excluded, keys, self.list_ids, staged
+                )
+            )
+        db.analyze(self.changed)
+        members = statements.changed_members(state, self.changed, self.list_ids)
+        with db.transaction():
+            db.execute(create_work_table_as(dialect, self.changed_members, members))
+        self._made.append(self.changed_members)
+        db.analyze(self.changed_members)
+        return int(db.value(count(text(self.changed))) or 0)
+
+    def _add_in_step(self, tiered: Tiered) -> None:
+        """Count the accounts left in step (each on its list, every row of it naming that list) in
+        their list's rows and kept rows, and in the source's."""
+        state = self.db.state_sql(self.tables)
+        counts = statements.in_step_counts(state, self.changed_members, self.list_ids)
+        in_step = dict(self.db.rows(counts))
+        for place, list_id in enumerate(self.list_ids, start=1):
+            accounts = int(in_step.get(list_id) or 0)
+            tier = tiered.tiers.get(place, Tier())
+            tiered.tiers[place] = replace(tier, rows=tier.rows + accounts, kept=tier.kept + accounts)
+            tiered.rows += accounts
 
     def _exclude_members(self) -> None:
         """Add the recorded members of ``exclude_lists``; warn of a list with none recorded (kept by no
@@ -183,9 +262,6 @@ class Tiering:
                     self.db.names(self.tables).members,
                 )
 
-    def _kind(self) -> str:
-        return "TEMPORARY TABLE" if self.db.dialect.capabilities.temporary_tables else "TABLE"
-
     def source_of(self, tiered: Tiered, place: int) -> StateQuerySource:
         """The rows the list at ``place`` keeps, as its planner reads them."""
         quoted = ", ".join(self.db.dialect.quote(c) for c in tiered.columns)
@@ -195,7 +271,7 @@ class Tiering:
             relation,
             tiered.columns,
             f"audience {self.values[place - 1]!r}'s rows",
-            self.stage_rows,
+            self.options.stage_rows,
             rows=tiered.tiers.get(place, Tier()).kept,
         )
 
@@ -243,18 +319,20 @@ class Tiering:
 
     # ---- the source, numbered --------------------------------------------------------------------
 
-    def _numbered(self, source: AccountSource) -> str:
-        """The source as a numbered relation on the state connection (record number first)."""
+    def _numbered(self, source: AccountSource) -> tuple[str, str]:
+        """The source as a numbered relation on the state connection (record number first), and as
+        rows to compare with the members, the same rows without the numbering where it costs a pass."""
         dialect = self.db.dialect
         conn_id = dialect.conn_id
         query = source.query_on(conn_id, dialect) if isinstance(source, SqlSource) and conn_id else None
         if query is not None and query.is_table and dialect.embeddable(query.text):
-            return f"({dialect.numbered_sql(query.text, RECORD)})"
+            return f"({dialect.numbered_sql(query.text, RECORD)})", f"({query.text})"
         if query is not None:
             statement = one_statement(query.text)
             if statement is not None and self._copy_query(statement, query.parameters):
-                return self.copied
-        return self._copy_in_python(source)
+                return self.copied, self.copied
+        copied = self._copy_in_python(source)
+        return copied, copied
 
     def _copy_query(self, statement: str, parameters: Any) -> bool:
         """Run the user's query once, as written, into the numbered work table; whether it could."""
@@ -285,7 +363,7 @@ class Tiering:
             self._create(self.copied, ", ".join([f"{RECORD} BIGINT", *(f"{c} {long_text}" for c in plain)]))
             names = [RECORD, *plain]
             count = 0
-            for chunk in _chunks(opened.rows, self.stage_rows):
+            for chunk in _chunks(opened.rows, self.options.stage_rows):
                 with self.db.transaction():
                     self.db.stage(
                         self.copied, names, [(r.row_number, *_texts(r.data, columns)) for r in chunk]
@@ -321,7 +399,7 @@ class Tiering:
                 return
         with source.open() as opened:
             _check_id_column(opened.columns, exclusion)
-            for chunk in _chunks(opened.rows, self.stage_rows):
+            for chunk in _chunks(opened.rows, self.options.stage_rows):
                 ids = [(str(v).strip(),) for v in (_value(r.data, exclusion.id_column) for r in chunk) if v]
                 with self.db.transaction():
                     self.db.stage(self.excluded, ["account_id"], [i for i in ids if i[0]])

@@ -55,12 +55,14 @@ _SAMPLE = 5
 
 @dataclass(frozen=True)
 class Prepared:
-    """A source staged for one list's plan: its work tables, what staging found, and whether the list
-    has members to leave out of the additions (not a first run, nor a full resync)."""
+    """A source staged for one list's plan: its work tables, what staging found, whether the list has
+    members to leave out of the additions (not a first run, nor a full resync), and the members the
+    plan may remove."""
 
     work: WorkTables
     staged: Staged
     listed: bool
+    members: Sql
 
 
 @dataclass(frozen=True)
@@ -109,8 +111,13 @@ class Planner:
             self.drop(prepared)
         return tripped
 
-    def prepare(self, source: AccountSource | StateQuerySource) -> Prepared:
-        """Stage the source into new work tables, each in a transaction of its own (:meth:`drop` them)."""
+    def prepare(self, source: AccountSource | StateQuerySource, members: Sql | None = None) -> Prepared:
+        """Stage the source into new work tables, each in a transaction of its own (:meth:`drop` them).
+
+        ``members``: the members the source is compared with and the plan may remove, a relation of
+        member rows; by default the members table, every member of the list. The audience sync gives
+        the members of the accounts it found changed, with the source rows of those accounts only.
+        """
         dialect = self.db.dialect
         work = WorkTables.new(dialect, self.tables.members.schema)
         # Committed before staging: a source query the warehouse refuses to run wrapped rolls back
@@ -120,18 +127,19 @@ class Planner:
             self.db.execute(
                 create_work_table(dialect, work.candidates, statements.candidate_columns(dialect))
             )
-        prepared = Prepared(work, Staged(0), listed=False)
+        members = self.state.members if members is None else members
+        prepared = Prepared(work, Staged(0), listed=False, members=members)
         try:
             # A run that sends only the change compares the source with the members first, where it
             # can; a list with no members (a first run) has none to compare with, nor to leave out.
-            members = self.state.members if not self.options.full_resync and self._has_members() else None
+            listed = not self.options.full_resync and self._has_members()
             stager = Stager(self.db, self.options, self.validator, self.log, work)
-            staged = stager.stage(source, work.stage, members)
+            staged = stager.stage(source, work.stage, members if listed else None)
             self.db.analyze(work.stage)  # the diff joins it with the members: plan it for its real size
         except BaseException:
             self.drop(prepared)
             raise
-        return Prepared(work, staged, listed=members is not None)
+        return Prepared(work, staged, listed=listed, members=members)
 
     def settle(self, written: Written) -> None:
         """After the plan's commit: statistics for a plan its reads would otherwise scan whole."""
@@ -211,7 +219,7 @@ class Planner:
             )
         if options.removes:
             # Only members no source row equals can have left it, where staging found which those are.
-            left = staged.members_left or state.members
+            left = staged.members_left or prepared.members
             planned["remove"] = self.db.execute(
                 statements.insert_removals(state, left, work.stage, list_id, run_id)
             )

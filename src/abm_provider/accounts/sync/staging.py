@@ -59,7 +59,7 @@ class Staged:
 
 
 @dataclass(frozen=True)
-class _Shape:
+class SourceShape:
     """A SQL source's columns as staging reads them.
 
     ``fields`` maps the API fields the source has to their columns as SQL; ``text`` names those whose
@@ -163,7 +163,7 @@ class Stager:
             rows = numbered or (
                 f"({query.text})" if query.numbered else f"({dialect.numbered_sql(query.text, RECORD)})"
             )
-            shape = self._shape(rows, description)
+            shape = self.shape(rows, description)
             if shape is None:
                 return None
             count = query.rows
@@ -221,7 +221,7 @@ class Stager:
             return None
         return numbered
 
-    def _shape(self, rows: str, description: str) -> _Shape | None:
+    def shape(self, rows: str, description: str) -> SourceShape | None:
         """The source's columns as the rules in SQL read them; ``None`` when they cannot be read so.
 
         ``rows`` is the numbered source (a table, or a query in parentheses): its first column is the
@@ -253,9 +253,9 @@ class Stager:
             if (field == "id" or field in validator.fields) and column in described
         }
         text = {f for f in fields if described[validator.column_map[f]]}
-        return _Shape(columns, fields, text)
+        return SourceShape(columns, fields, text)
 
-    def _differ(self, numbered: str, members: Sql, shape: _Shape) -> Sql:
+    def _differ(self, numbered: str, members: Sql, shape: SourceShape) -> Sql:
         """Fill the difference with the numbered rows no member equals and the members no row equals.
 
         ``numbered`` is the numbered source: a table, or a query in parentheses. Returns the relation

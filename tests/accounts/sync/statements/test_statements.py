@@ -76,6 +76,7 @@ def _every_statement(dialect: Dialect) -> dict[str, Sql]:
             work.difference, text(work.numbered), state.members, LIST_ID, staged
         ),
         "staging.members_left": staging.members_left(work.difference),
+        "staging.equal_to_member": staging.equal_to_member(staged),
         "plan.has_rows": plan.has_rows(state.members, LIST_ID),
         "plan.held_back": held.held + held.sendable,
         "plan.repeated_key": plan.repeated_key(work.candidates),

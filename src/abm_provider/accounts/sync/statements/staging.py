@@ -204,21 +204,8 @@ def difference_shape(rows: Sql, members: Sql) -> Sql:
 def insert_difference(diff: str, rows: Sql, members: Sql, list_id: str, staged: Sequence[Sql]) -> Sql:
     """Fill ``diff`` with the numbered rows no member of ``list_id`` equals and the members no row equals.
 
-    One full outer join: a row equals a member when its ``staged`` values (id, org, type, name, as the
-    SQL rules would stage them) are the member's recorded ones. The keys compare bare (an id is never
-    ``NULL`` on a member, an org never on either side), so the join hashes them as they are; a type or
-    a name may be ``NULL`` on both sides.
+    One full outer join on :func:`equal_to_member`.
     """
-    account_id, org, crm_type, name = staged
-    equal = sql(
-        "{account_id} = m.account_id AND {org} = m.crm_org_id "
-        "AND COALESCE({crm_type}, '') = COALESCE(m.crm_type, '') "
-        "AND COALESCE({name}, '') = COALESCE(m.account_name, '')",
-        account_id=account_id,
-        org=org,
-        crm_type=crm_type,
-        name=name,
-    )
     return sql(
         "INSERT INTO {diff} SELECT n.*, {members_columns} FROM {rows} n FULL OUTER JOIN "
         "(SELECT * FROM {members} WHERE list_id = {list_id}) m ON {equal} "
@@ -228,8 +215,25 @@ def insert_difference(diff: str, rows: Sql, members: Sql, list_id: str, staged: 
         rows=rows,
         members=members,
         list_id=list_id,
-        equal=equal,
+        equal=equal_to_member(staged),
         record=text(RECORD),
+    )
+
+
+def equal_to_member(staged: Sequence[Sql]) -> Sql:
+    """A condition on a numbered row and a member ``m``: the row's ``staged`` values (id, org, type,
+    name, as the SQL rules would stage them) are the member's recorded ones. The keys compare bare (an
+    id is never ``NULL`` on a member, an org never on either side), so a join hashes them as they are; a
+    type or a name may be ``NULL`` on both sides."""
+    account_id, org, crm_type, name = staged
+    return sql(
+        "{account_id} = m.account_id AND {org} = m.crm_org_id "
+        "AND COALESCE({crm_type}, '') = COALESCE(m.crm_type, '') "
+        "AND COALESCE({name}, '') = COALESCE(m.account_name, '')",
+        account_id=account_id,
+        org=org,
+        crm_type=crm_type,
+        name=name,
     )
 
 
