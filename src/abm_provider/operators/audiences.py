@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from abm_provider.accounts.audiences import Audience, AudienceSync, Exclusion
 from abm_provider.accounts.sources import AccountSource, SqlSource, open_file_source
 from abm_provider.accounts.sync.lock import open_state
-from abm_provider.accounts.sync.summary import check_drift
+from abm_provider.accounts.sync.summary import check_drifts
 from abm_provider.assets import warehouse_asset
 from abm_provider.common.arguments import check_id, check_text
 from abm_provider.compat import AirflowFailException
@@ -245,8 +245,7 @@ class AccountAudienceSyncOperator(_SyncOperator):
             except ValueError as err:
                 raise AirflowFailException(str(err)) from err
             if self.drift_check and not base.dry_run:
-                for entry in summary["lists"]:
-                    check_drift(self.hook, entry, entry["list_id"], self.log)
+                check_drifts(self.hook, [(entry["list_id"], entry) for entry in summary["lists"]], self.log)
         finally:
             db.close()
         self._log_refusals(summary["totals"], base, tables)

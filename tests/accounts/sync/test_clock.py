@@ -59,3 +59,28 @@ def test_retry_not_found_after_none_holds_until_the_row_changes(abm: Any, wareho
     clear_requests(abm)
     assert sync(warehouse, list_id, "run_2", retry_not_found_after=None)["held"] == 1
     assert sent_ids(abm) == []
+
+
+def _clock_reads(abm: Any) -> int:
+    """How many times the service's clock was read (a one-folder page) since the log was cleared."""
+    return sum(
+        1
+        for seen in abm.requests_seen()
+        if seen.get("method") == "GET" and str(seen.get("path", "")).split("?", 1)[0].endswith("/folders")
+    )
+
+
+def test_the_service_clock_is_read_only_when_a_run_needs_the_time(abm: Any, warehouse: Warehouse) -> None:
+    """A run with no refusal to record or hold back (a list in step) makes no request for the time;
+    one that records an account not found reads the service's clock once, to time the reject."""
+    list_id = make_list()
+    warehouse.replace_table("targets", COLUMNS, rows_for(range(3)))
+    sync(warehouse, list_id, "run_1")
+    clear_requests(abm)
+    assert sync(warehouse, list_id, "run_2")["to_add"] == 0
+    assert _clock_reads(abm) == 0
+
+    warehouse.replace_table("targets", COLUMNS, [*rows_for(range(3)), (NOT_FOUND, "Ghost", ORG)])
+    clear_requests(abm)
+    assert sync(warehouse, list_id, "run_3")["not_found"] == 1
+    assert _clock_reads(abm) == 1

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from abm_provider.accounts.sync.summary import check_drift
+from abm_provider.accounts.sync.summary import check_drift, check_drifts
 from abm_provider.exceptions import AbmApiError
 
 
@@ -22,8 +22,10 @@ class Lists:
     def __init__(self, *lists: dict[str, Any], error: Exception | None = None) -> None:
         self.lists = lists
         self.error = error
+        self.reads = 0
 
     def iter_account_lists(self) -> Iterator[dict[str, Any]]:
+        self.reads += 1
         yield from self.lists
         if self.error is not None:
             raise self.error
@@ -75,3 +77,21 @@ def test_a_count_that_cannot_be_read_skips_the_check_without_failing(
     summary = _check(hook, 12, caplog)
     assert "service_count" not in summary
     assert "Drift check skipped" in caplog.text
+
+
+def test_several_lists_are_checked_from_one_read_of_the_listing(caplog: pytest.LogCaptureFixture) -> None:
+    """An audience sync checks each list of its programme, reading the service's listing once."""
+    hook = Lists(
+        {"id": "L1", "estimatedAccountsCount": "4"},
+        {"id": "L2", "estimatedAccountsCount": "9"},
+        {"id": "L3", "estimatedAccountsCount": "1"},
+    )
+    summaries = {"L1": {"state_count": 4}, "L2": {"state_count": 8}, "L4": {"state_count": 2}}
+    with caplog.at_level(logging.INFO, logger="drift"):
+        check_drifts(hook, list(summaries.items()), logging.getLogger("drift"))  # type: ignore[arg-type]
+    assert hook.reads == 1
+    assert {k: v["service_count"] for k, v in summaries.items()} == {"L1": 4, "L2": 9, "L4": None}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert "the service estimates 9 accounts on list L2, the state records 8" in warnings[0]
+    assert "list L4 was not found" in warnings[1]

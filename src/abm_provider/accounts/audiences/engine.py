@@ -30,7 +30,7 @@ from abm_provider.accounts.audiences.guards import ProgrammeTrip, check_programm
 from abm_provider.accounts.audiences.moves import MovesLog
 from abm_provider.accounts.audiences.summary import programme_summary
 from abm_provider.accounts.audiences.tiering import Exclusion, Tiering
-from abm_provider.accounts.sync.clock import ServiceClock, read_service_clock
+from abm_provider.accounts.sync.clock import ServiceClock, read_service_clock_when_used
 from abm_provider.accounts.sync.lock import hold_list_lock
 from abm_provider.accounts.sync.plan import Planner
 from abm_provider.accounts.sync.recording import Recorder
@@ -139,7 +139,7 @@ class AudienceSync:
     def _run(self, source: AccountSource) -> dict[str, Any]:
         options = self.options
         if options.retry_not_found_after is not None:
-            read_service_clock(self.clock, self.new_hook, self.log)
+            read_service_clock_when_used(self.clock, self.new_hook, self.log)
         unfinished = [(tier, run) for tier in self.tiers for run in self._unfinished(tier)]
         if options.dry_run:
             if unfinished:

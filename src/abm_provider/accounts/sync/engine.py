@@ -33,7 +33,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from abm_provider.accounts.sync.clock import ServiceClock, read_service_clock
+from abm_provider.accounts.sync.clock import ServiceClock, read_service_clock_when_used
 from abm_provider.accounts.sync.lock import check_lock_timeout, hold_list_lock
 from abm_provider.accounts.sync.options import MODES, SyncOptions, check_options
 from abm_provider.accounts.sync.plan import Planner
@@ -144,12 +144,13 @@ class ListSync:
         return self.summary()
 
     def _read_service_clock(self) -> None:
-        """Align the clock that times not-found retries with the service's (one cheap request).
+        """Align the clock that times not-found retries with the service's (one cheap request, the
+        first time the run needs the time: a run with no refusal to record or hold back makes none).
 
         Skipped when not-found accounts are held until they change: then no delay is measured.
         """
         if self.options.retry_not_found_after is not None:
-            read_service_clock(self.clock, self.new_hook, self.log)
+            read_service_clock_when_used(self.clock, self.new_hook, self.log)
 
     def _trim_log(self) -> None:
         """Drop the list's run-log rows older than ``log_retention_days``."""

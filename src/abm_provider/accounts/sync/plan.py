@@ -253,7 +253,7 @@ class Planner:
             status = BLOCKED
         else:
             status = SENDING
-            self._record_refusals(*written.refusals)
+            self._record_refusals(*written.refusals, rejected=written.rejected)
         self.db.execute(
             statements.insert_run(
                 self.state,
@@ -272,8 +272,11 @@ class Planner:
             )
         )
 
-    def _record_refusals(self, new_invalid: Sql, held_invalid: Sql, held_valid: Sql | None) -> None:
-        """Log the new invalid rows as ``invalid``, the held ones as ``held``; then record the new ones."""
+    def _record_refusals(
+        self, new_invalid: Sql, held_invalid: Sql, held_valid: Sql | None, *, rejected: int
+    ) -> None:
+        """Log the new invalid rows as ``invalid``, the held ones as ``held``; then record the new ones
+        (``rejected`` of them: with none, the service's clock that times them is not read)."""
         state, options = self.state, self.options
         list_id, run_id = options.list_id, options.run_id
         now = utc_now()
@@ -285,9 +288,12 @@ class Planner:
             if held is not None:
                 self.db.execute(statements.log_rows(state, held, list_id, run_id, "held", why, now))
         # Last: until the new invalid rows are rejects, the queries above cannot take them for held ones.
-        self.db.execute(
-            statements.insert_rejects(state, new_invalid, list_id, run_id, INVALID_ACTION, self.clock.now())
-        )
+        if rejected:
+            self.db.execute(
+                statements.insert_rejects(
+                    state, new_invalid, list_id, run_id, INVALID_ACTION, self.clock.now()
+                )
+            )
 
     def _count(self, rows: Sql) -> int:
         """How many rows ``rows`` (a ``FROM ...`` clause) holds."""

@@ -150,7 +150,7 @@ class Recorder:
         replaced: the account was just sent again.
         """
         state = self.state
-        now, service_now = utc_now(), self.clock.now()
+        now = utc_now()
         first, last = answered[0].start, answered[-1].end
         rejects: list[list[Any]] = []
         log: list[tuple[Any, ...]] = []  # the exceptions; the accepted rows are logged from the plan
@@ -186,7 +186,9 @@ class Recorder:
                         state, self.list_id, run_id, NOT_FOUND_ACTION, first, last
                     )
                 )
-            self.db.executemany(statements.insert_reject(state), [[*r, service_now] for r in rejects])
+            if rejects:  # timed by the service's clock, which a batch with none needs not read
+                service_now = self.clock.now()
+                self.db.executemany(statements.insert_reject(state), [[*r, service_now] for r in rejects])
             if self.options.full_resync and rejects:
                 self._forget_refused_members(run_id, first, last)
             self.db.execute(

@@ -8,6 +8,7 @@ an account, because it goes to XCom and the log.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from abm_provider.accounts.sync.guards import check_plan
@@ -77,15 +78,34 @@ def check_drift(hook: AbmHook, summary: dict[str, Any], list_id: str, log: loggi
     Adds ``service_count`` to ``summary``. A failed read only skips the check: the sync itself is
     done and recorded by then, and failing the task would have its retry send nothing new.
     """
-    service_count: int | None = None
+    check_drifts(hook, [(list_id, summary)], log)
+
+
+def check_drifts(
+    hook: AbmHook, summaries: Sequence[tuple[str, dict[str, Any]]], log: logging.Logger | Any
+) -> None:
+    """:func:`check_drift` for several lists (``(list id, summary)`` pairs), reading the service's
+    listing once for all of them."""
+    wanted = {list_id for list_id, _ in summaries}
+    counts: dict[str, int] = {}
     try:
         for item in hook.iter_account_lists():
-            if item.get("id") == list_id:
-                service_count = int(str(item.get("estimatedAccountsCount", "0")) or 0)
-                break
+            list_id = str(item.get("id"))
+            if list_id in wanted:
+                counts[list_id] = int(str(item.get("estimatedAccountsCount", "0")) or 0)
+                if len(counts) == len(wanted):
+                    break
     except (AbmApiError, ValueError) as err:
         log.warning("Drift check skipped: could not read the list's account count: %s", err)
         return
+    for list_id, summary in summaries:
+        _compare_counts(summary, counts.get(list_id), list_id, log)
+
+
+def _compare_counts(
+    summary: dict[str, Any], service_count: int | None, list_id: str, log: logging.Logger | Any
+) -> None:
+    """Set ``service_count`` in ``summary`` and say whether it agrees with the state's count."""
     summary["service_count"] = service_count
     if service_count is None:
         log.warning("Drift check: list %s was not found among the account lists", list_id)
