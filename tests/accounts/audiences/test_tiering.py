@@ -4,6 +4,7 @@ does not map, numeric audiences, refused rows and columns, on DuckDB, PostgreSQL
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,37 +20,39 @@ def ids(*numbers: int) -> set[str]:
     return {account_id(n) for n in numbers}
 
 
-def test_a_file_source_with_file_and_query_exclusions_is_tiered_through_python(
-    abm: Any, warehouse: Warehouse, tmp_path: Path
-) -> None:
-    source = tmp_path / "tiers.csv"
-    with source.open("w", newline="") as handle:
+def _write_tiers(path: Path, tiers: Sequence[tuple[int, str]]) -> None:
+    """The file source: each ``(account number, tier)``, then a row whose id the validator refuses."""
+    with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["Account Id", "Name", "Org", "Tier"])
-        for n, tier in ((1, "gold"), (2, "gold"), (2, "silver"), (3, "silver"), (4, "silver"), (5, "silver")):
+        for n, tier in tiers:
             writer.writerow([account_id(n), f"Account {n}", ORG, tier])
         writer.writerow(["001 BAD", "Bad id", ORG, "silver"])  # refused, naming its row in the file
+
+
+def test_a_file_source_with_file_and_query_exclusions_is_tiered_through_python(
+    abm: Any, warehouse: Warehouse, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "tiers.csv"
+    tiers = [(1, "gold"), (2, "gold"), (2, "silver"), (3, "silver"), (4, "silver"), (5, "silver")]
+    _write_tiers(source, tiers)
     customers = tmp_path / "customers.csv"
     customers.write_text(f"id\n{account_id(4)}\n")
     write_model(warehouse, {"other": [5]}, [])  # account 5 is excluded by a query on the warehouse
     lists = {"gold": make_lists("File")["tier_1"], "silver": make_lists("File")["tier_2"]}
-    summary = sync(
-        warehouse,
-        lists,
-        "run-1",
-        accounts_path=str(source),
-        state_conn_id="abm_warehouse",
-        audience_column="Tier",
-        column_map={"id": "Account Id", "name": "Name", "crmOrgId": "Org"},
-        exclusions=[
-            {"accounts_path": str(customers), "id_column": "id"},
-            {
-                "sql": f"SELECT account_id FROM {warehouse.name('model')} WHERE tier = 'other'",
-                "id_column": "account_id",
-            },
-        ],
-        max_rejected=None,
-    )
+    from_file = {
+        "accounts_path": str(source),
+        "state_conn_id": "abm_warehouse",
+        "audience_column": "Tier",
+        "column_map": {"id": "Account Id", "name": "Name", "crmOrgId": "Org"},
+        "max_rejected": None,
+    }
+    in_file = {"accounts_path": str(customers), "id_column": "id"}
+    in_query = {
+        "sql": f"SELECT account_id FROM {warehouse.name('model')} WHERE tier = 'other'",
+        "id_column": "account_id",
+    }
+    summary = sync(warehouse, lists, "run-1", exclusions=[in_file, in_query], **from_file)
     assert on_service(abm, lists) == {"gold": ids(1, 2), "silver": ids(3)}
     rejected = warehouse.query(
         f"SELECT record, reason FROM {warehouse.name('abm_sync_rejects')} WHERE list_id = %s",
@@ -57,6 +60,21 @@ def test_a_file_source_with_file_and_query_exclusions_is_tiered_through_python(
     )
     assert [(int(r[0]), "whitespace" in r[1]) for r in rejected] == [(7, True)]  # the file's 7th row
     assert {e["audience"]: e["excluded"] for e in summary["lists"]} == {"gold": 0, "silver": 2}
+
+    # The second run compares the file's rows with the members (where the database can): 3 is
+    # promoted, and 5 no longer excluded.
+    tiers[3] = (3, "gold")
+    _write_tiers(source, tiers)
+    capsys.readouterr()
+    second = sync(warehouse, lists, "run-2", exclusions=[in_file], max_removals=None, **from_file)
+    compared = "accounts changed" in capsys.readouterr().out
+    assert compared is (warehouse.kind != "mariadb")
+    assert on_service(abm, lists) == {"gold": ids(1, 2, 3), "silver": ids(5)}
+    assert {(m["from"], m["to"]): m["accounts"] for m in second["moves"]} == {("silver", "gold"): 1}
+    assert {e["audience"]: (e["rejected"], e["held"]) for e in second["lists"]} == {
+        "gold": (0, 0),
+        "silver": (0, 1),
+    }
 
 
 def test_numeric_audiences_unmapped_values_and_exclude_lists(
