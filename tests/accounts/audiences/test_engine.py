@@ -256,3 +256,21 @@ def test_a_programme_with_members_tiers_again_only_the_accounts_that_changed(
     sync(warehouse, lists, "run-3")
     assert membership_posts(abm) == []
     assert on_service(abm, lists) == held
+
+
+def test_a_query_source_is_run_once_per_run_and_compared_with_the_members(
+    abm: Any, warehouse: Warehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ``sql`` source is copied once, as written, and the copy is what the second run compares."""
+    lists = make_lists()
+    model = warehouse.name("model")
+    query = f"SELECT account_id, account_name, crm_org_id, tier FROM {model} WHERE tier <> 'none'"
+    write_model(warehouse, {**FIRST, "none": [40]}, FIRST_CUSTOMERS)
+    sync(warehouse, lists, "run-1", sql=query)
+    assert on_service(abm, lists) == expected(FIRST, FIRST_CUSTOMERS)
+
+    write_model(warehouse, {**SECOND, "none": [40]}, SECOND_CUSTOMERS)
+    capsys.readouterr()
+    sync(warehouse, lists, "run-2", sql=query)
+    assert ("accounts changed" in capsys.readouterr().out) is (warehouse.kind != "mariadb")
+    assert on_service(abm, lists) == expected(SECOND, SECOND_CUSTOMERS)
