@@ -72,12 +72,12 @@ from bench_support import (
     PG_DSN,
     PG_SERVER,
     POSTGRES_CONN,
-    REQUEST_LOG_SIZE,
     account_id_sql,
     ensure_pg_database,
     human_count,
     log,
     median_figures,
+    membership_requests,
     mib,
     psql,
     repeat_first_and_second,
@@ -963,13 +963,7 @@ class SyncSection:
             "max_in_flight": 2,
         }
         result = self.bench.run_case("account_list_sync", params)
-        seen = emulator.requests_seen()
-        result["requests"] = sum(
-            1
-            for r in seen
-            if r["method"] == "POST" and r["path"].endswith(("/accounts/add", "/accounts/remove"))
-        )
-        result["requests_complete"] = len(seen) < REQUEST_LOG_SIZE
+        result |= membership_requests(emulator)
         result["accounts_sent"] = result["to_add"] + result["to_remove"]
         return result
 

@@ -27,12 +27,12 @@ from bench_support import (
     ABM_CONN,
     PG_DSN,
     POSTGRES_CONN,
-    REQUEST_LOG_SIZE,
     account_id_sql,
     ensure_pg_database,
     human_count,
     log,
     median_figures,
+    membership_requests,
     mib,
     psql,
     repeat_first_and_second,
@@ -181,13 +181,7 @@ class AudienceSection:
             "max_in_flight": 2,
         }
         result = self.bench.run_case("account_audience_sync", params)
-        seen = emulator.requests_seen()
-        result["requests"] = sum(
-            1
-            for r in seen
-            if r["method"] == "POST" and r["path"].endswith(("/accounts/add", "/accounts/remove"))
-        )
-        result["requests_complete"] = len(seen) < REQUEST_LOG_SIZE
+        result |= membership_requests(emulator)
         result["accounts_sent"] = result["to_add"] + result["to_remove"]
         result["accounts"] = self.count
         return result

@@ -485,6 +485,13 @@ def timed_phases(cls: Any, phases: dict[str, str]) -> dict[str, float]:
     return totals
 
 
+def timed_execute(op: Any, run_id: str) -> tuple[Any, float]:
+    """``op``'s result in run ``run_id``, and the seconds its ``execute`` took."""
+    started = time.perf_counter()
+    summary = op.execute(task_context(op.task_id, run_id))
+    return summary, time.perf_counter() - started
+
+
 def account_list_sync(p: Params) -> Params:
     """AccountListSyncOperator over a table, its state tables on the same connection, run ``run_id``.
 
@@ -505,9 +512,7 @@ def account_list_sync(p: Params) -> Params:
         state_table_prefix=SYNC_STATE_PREFIX,
         max_in_flight=int(p.get("max_in_flight", 2)),
     )
-    started = time.perf_counter()
-    summary = op.execute(task_context("sync", p["run_id"]))
-    seconds = time.perf_counter() - started
+    summary, seconds = timed_execute(op, p["run_id"])
     return {**{k: v for k, v in summary.items() if k != "list_id"}, **phases, "seconds": seconds}
 
 
@@ -533,9 +538,7 @@ def account_audience_sync(p: Params) -> Params:
         state_table_prefix=AUDIENCE_STATE_PREFIX,
         max_in_flight=int(p.get("max_in_flight", 2)),
     )
-    started = time.perf_counter()
-    summary = op.execute(task_context("audiences", p["run_id"]))
-    seconds = time.perf_counter() - started
+    summary, seconds = timed_execute(op, p["run_id"])
     return {
         **summary["totals"],
         "lists": len(summary["lists"]),

@@ -96,3 +96,13 @@ def repeat_first_and_second(bench: Any, section: Any, repeats: int) -> None:
             finally:
                 section.clean(warehouse)
             section.report(label, runs)
+
+
+def membership_requests(emulator: Any) -> dict[str, Any]:
+    """The add and remove requests the emulator saw since its log was cleared (``requests``), and
+    whether its log, which keeps the last :data:`REQUEST_LOG_SIZE`, held them all."""
+    seen = emulator.requests_seen()
+    requests = sum(
+        1 for r in seen if r["method"] == "POST" and r["path"].endswith(("/accounts/add", "/accounts/remove"))
+    )
+    return {"requests": requests, "requests_complete": len(seen) < REQUEST_LOG_SIZE}

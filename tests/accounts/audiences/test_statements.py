@@ -1,6 +1,6 @@
-"""``abm_provider.accounts.audiences.statements``: every statement of the audience sync renders for every
-registered dialect, in every parameter style, with each value bound at its place and none written into
-the text.
+"""``abm_provider.accounts.audiences.statements`` and ``.move_statements``: every statement of the
+audience sync renders for every registered dialect, in every parameter style, with each value bound at
+its place and none written into the text.
 
 Whether the SQL runs is the audience engine suite's to show (DuckDB, PostgreSQL, MariaDB); here each
 statement is built without a connection, so a dialect added to the registry is covered at once.
@@ -16,7 +16,7 @@ from typing import Any, get_args
 
 import pytest
 
-from abm_provider.accounts.audiences import statements
+from abm_provider.accounts.audiences import move_statements, statements
 from abm_provider.accounts.audiences.moves import moves_table
 from abm_provider.accounts.sync.state import StateTables
 from abm_provider.accounts.sync.statements.binding import Sql, sql, text
@@ -45,6 +45,7 @@ TEXT_FUNCTIONS = {
     "removed_columns",
     "outranked_columns",
     "changed_columns",
+    "outranked_join",
     "trimmed",
     "assigned",
     "create_moves",
@@ -87,6 +88,7 @@ def _every_statement(dialect: Dialect) -> dict[str, tuple[Sql, tuple[Any, ...]]]
         ),
         "tiered no org": (statements.tiered(dialect, numbered, excluded, no_org), TIERS),
         "tier_counts": (statements.tier_counts(tiered_table, outranked), ()),
+        "by_place": (statements.by_place(dialect, "m.list_id", LISTS, to_list=False), (LIST_ID, OTHER_LIST)),
         "insert_changed": (
             statements.insert_changed(state, changed, rows, excluded, no_org, LISTS, staged),
             (*TIERS, LIST_ID, LIST_ID, OTHER_LIST, LIST_ID, OTHER_LIST, ORG, ORG),
@@ -99,29 +101,31 @@ def _every_statement(dialect: Dialect) -> dict[str, tuple[Sql, tuple[Any, ...]]]
         "in_step_counts": (statements.in_step_counts(state, changed, LISTS), (LIST_ID, OTHER_LIST)),
         "insert_outranked": (statements.insert_outranked(tiered_table, outranked), ()),
         "unmapped_sample": (statements.unmapped_sample(dialect, tiered_table, "tier", 5), ()),
-        "delete_moves": (statements.delete_moves(moves, RUN_ID, LISTS), (RUN_ID, LIST_ID, OTHER_LIST)),
+        "delete_moves": (move_statements.delete_moves(moves, RUN_ID, LISTS), (RUN_ID, LIST_ID, OTHER_LIST)),
         "insert_removed": (
-            statements.insert_removed(state, removed, RUN_ID, LISTS),
+            move_statements.insert_removed(state, removed, RUN_ID, LISTS),
             (LIST_ID, OTHER_LIST, LIST_ID, OTHER_LIST, RUN_ID),
         ),
         "insert_moved": (
-            statements.insert_moved(dialect, moves, removed, tiered_table, outranked, RUN_ID, LISTS, AT),
-            (RUN_ID, statements.MOVED, LIST_ID, OTHER_LIST, AT),
+            move_statements.insert_moved(dialect, moves, removed, tiered_table, outranked, RUN_ID, LISTS, AT),
+            (RUN_ID, move_statements.MOVED, LIST_ID, OTHER_LIST, AT),
         ),
         "insert_excluded_from": (
-            statements.insert_excluded_from(dialect, moves, removed, excluded, RUN_ID, AT),
-            (RUN_ID, statements.EXCLUDED_FROM, AT),
+            move_statements.insert_excluded_from(dialect, moves, removed, excluded, RUN_ID, AT),
+            (RUN_ID, move_statements.EXCLUDED_FROM, AT),
         ),
         "insert_kept_off": (
-            statements.insert_kept_off(dialect, moves, removed, tiered_table, outranked, RUN_ID, LISTS, AT),
-            (RUN_ID, statements.KEPT_OFF, LIST_ID, OTHER_LIST, AT),
+            move_statements.insert_kept_off(
+                dialect, moves, removed, tiered_table, outranked, RUN_ID, LISTS, AT
+            ),
+            (RUN_ID, move_statements.KEPT_OFF, LIST_ID, OTHER_LIST, AT),
         ),
-        "move_counts": (statements.move_counts(moves, RUN_ID, LISTS), (RUN_ID, LIST_ID, OTHER_LIST)),
+        "move_counts": (move_statements.move_counts(moves, RUN_ID, LISTS), (RUN_ID, LIST_ID, OTHER_LIST)),
         "move_sample": (
-            statements.move_sample(moves, RUN_ID, LIST_ID, OTHER_LIST, 5),
+            move_statements.move_sample(moves, RUN_ID, LIST_ID, OTHER_LIST, 5),
             (RUN_ID, LIST_ID, OTHER_LIST),
         ),
-        "forget_moves": (statements.forget_moves(moves, AT), (AT,)),
+        "forget_moves": (move_statements.forget_moves(moves, AT), (AT,)),
     }
 
 
@@ -129,22 +133,24 @@ def _texts(dialect: Dialect) -> dict[str, Any]:
     """What each SQL-text function returns, by name."""
     return {
         "excluded_columns": statements.excluded_columns(dialect),
-        "removed_columns": statements.removed_columns(dialect),
+        "removed_columns": move_statements.removed_columns(dialect),
         "outranked_columns": statements.outranked_columns(dialect),
+        "outranked_join": statements.outranked_join(_work(dialect, "best")),
         "changed_columns": statements.changed_columns(dialect),
         "trimmed": statements.trimmed(dialect, dialect.quote("account id")),
         "assigned": statements.assigned(_work(dialect, "tiered"), _work(dialect, "best"), 2, '"a", "b"'),
-        "create_moves": statements.create_moves(dialect, dialect.table_sql(moves_table(TABLES))),
+        "create_moves": move_statements.create_moves(dialect, dialect.table_sql(moves_table(TABLES))),
     }
 
 
-def test_every_public_function_of_the_module_is_rendered_here() -> None:
-    """A statement added to the module and not here would go unchecked on the dialects below."""
+def test_every_public_function_of_the_modules_is_rendered_here() -> None:
+    """A statement added to the modules and not here would go unchecked on the dialects below."""
     dialect = GenericDialect(None)
     wanted = {
         name
-        for name, function in inspect.getmembers(statements, inspect.isfunction)
-        if function.__module__ == statements.__name__ and not name.startswith("_")
+        for module in (statements, move_statements)
+        for name, function in inspect.getmembers(module, inspect.isfunction)
+        if function.__module__ == module.__name__ and not name.startswith("_")
     }
     rendered = {name.partition(" ")[0] for name in _every_statement(dialect)}
     assert rendered.isdisjoint(TEXT_FUNCTIONS)
@@ -203,24 +209,24 @@ def test_the_audiences_are_bound_in_priority_order_each_given_its_place(path: st
 
 def test_a_kept_off_account_is_logged_with_its_best_audience_s_list_bound_in_order() -> None:
     dialect = GenericDialect(None)
-    statement = statements.insert_kept_off(dialect, "moves", "gone", "tiered", "best", RUN_ID, LISTS, AT)
-    assert _params(statement) == [RUN_ID, statements.KEPT_OFF, LIST_ID, OTHER_LIST, AT]
+    statement = move_statements.insert_kept_off(dialect, "moves", "gone", "tiered", "best", RUN_ID, LISTS, AT)
+    assert _params(statement) == [RUN_ID, move_statements.KEPT_OFF, LIST_ID, OTHER_LIST, AT]
     sql_text = statement.bound("qmark")[0]
     assert re.search(r"WHEN 1 THEN .*\?.* WHEN 2 THEN .*\?", sql_text)
 
 
 def test_a_removal_is_given_its_list_s_place_in_priority_order() -> None:
     state = StateSql.of(GenericDialect(None), TABLES)
-    statement = statements.insert_removed(state, "gone", RUN_ID, LISTS)
+    statement = move_statements.insert_removed(state, "gone", RUN_ID, LISTS)
     assert _params(statement) == [LIST_ID, OTHER_LIST, LIST_ID, OTHER_LIST, RUN_ID]
     sql_text = statement.bound("qmark")[0]
     assert re.search(r"CASE p.list_id WHEN .*\? .*THEN 1 WHEN .*\? .*THEN 2 END", sql_text)
 
 
 def test_a_move_sample_s_count_is_written_as_a_number_only() -> None:
-    statement = statements.move_sample("moves", RUN_ID, LIST_ID, OTHER_LIST, 7)
+    statement = move_statements.move_sample("moves", RUN_ID, LIST_ID, OTHER_LIST, 7)
     sql_text, params = statement.bound("format")
     assert sql_text.endswith("ORDER BY account_id LIMIT 7")
-    assert params == [RUN_ID, statements.MOVED, LIST_ID, OTHER_LIST]
+    assert params == [RUN_ID, move_statements.MOVED, LIST_ID, OTHER_LIST]
     with pytest.raises(ValueError, match="invalid literal for int"):
-        statements.move_sample("moves", RUN_ID, LIST_ID, OTHER_LIST, "7; DROP TABLE x")  # type: ignore[arg-type]
+        move_statements.move_sample("moves", RUN_ID, LIST_ID, OTHER_LIST, "7; DROP TABLE x")  # type: ignore[arg-type]

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from abm_provider.accounts.audiences import statements
-from abm_provider.accounts.audiences.statements import EXCLUDED_FROM, KEPT_OFF, MOVED
+from abm_provider.accounts.audiences import move_statements as statements
+from abm_provider.accounts.audiences.move_statements import EXCLUDED_FROM, KEPT_OFF, MOVED
 from abm_provider.warehouse.schema import TableName
 
 if TYPE_CHECKING:

@@ -1,7 +1,8 @@
-"""Statements of the audience sync (:mod:`~abm_provider.accounts.audiences.engine` runs them): the excluded
-accounts, the source's rows each given its list, the moves table and what it counts.
+"""Statements of the audience sync's tiering (:mod:`~abm_provider.accounts.audiences.tiering` runs them):
+the excluded accounts, the comparison with the programme's members, and the source's rows each given
+its list. The moves table's are in :mod:`~abm_provider.accounts.audiences.move_statements`.
 
-``n`` is a numbered source row throughout, ``t`` a row of the tiered table, ``p`` and ``q`` plan rows.
+``n`` is a numbered source row throughout, ``t`` a row of the tiered table.
 Every value is bound; only names the dialect quoted and numbers the sync made are written into the text.
 """
 
@@ -15,8 +16,6 @@ from abm_provider.accounts.sync.statements.binding import Sql, join, sql, text, 
 from abm_provider.accounts.sync.statements.staging import RECORD, equal_to_member
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from abm_provider.accounts.sync.statements.tables import StateSql
     from abm_provider.warehouse.dialects import Dialect
 
@@ -28,11 +27,6 @@ LIST, ACCOUNT, ORG, EXCLUDED = "abm_list", "abm_account", "abm_org", "abm_exclud
 BEST = "abm_best"
 #: Names a source column may not have: the tiered table's own.
 RESERVED = (RECORD, LIST, ACCOUNT, ORG, EXCLUDED)
-#: What the moves table says happened to an account: it left one list of the programme for another,
-#: it was removed from a list because it is excluded, or it was kept off the list its rows name.
-MOVED, EXCLUDED_FROM, KEPT_OFF = "moved", "excluded", "kept_off"
-#: The moves table's columns, in the order its rows are written.
-_MOVE_COLUMNS = text("run_id, kind, account_id, crm_org_id, from_list, to_list, logged_at")
 
 
 def excluded_columns(dialect: Dialect) -> str:
@@ -190,7 +184,7 @@ def insert_changed(
         place=keys.place(dialect, "n"),
         list=text(LIST),
         rows=rows,
-        member_place=_by_place(dialect, "m.list_id", list_ids, to_list=False),
+        member_place=by_place(dialect, "m.list_id", list_ids, to_list=False),
         excluded=text(excluded),
         excluded_name=text(EXCLUDED),
         lists=values(list(list_ids)),
@@ -241,14 +235,14 @@ def insert_outranked(tiered_table: str, outranked: str) -> Sql:
     )
 
 
-def _outranked_join(outranked: str) -> str:
+def outranked_join(outranked: str) -> str:
     """``LEFT JOIN`` of a tiered row ``t`` with its account's best place ``o.abm_best`` (``NULL``: its
     account names one audience)."""
     return f"LEFT JOIN {outranked} o ON o.{ACCOUNT} = t.{ACCOUNT} AND o.{ORG} = t.{ORG}"
 
 
-#: A tiered row ``t`` (joined by :func:`_outranked_join`) names its account's best audience.
-_IS_BEST = f"(o.{BEST} IS NULL OR o.{BEST} >= t.{LIST})"
+#: A tiered row ``t`` (joined by :func:`outranked_join`) names its account's best audience.
+IS_BEST = f"(o.{BEST} IS NULL OR o.{BEST} >= t.{LIST})"
 
 
 def assigned(tiered_table: str, outranked: str, place: int, columns: str) -> str:
@@ -267,10 +261,10 @@ def tier_counts(tiered_table: str, outranked: str) -> Sql:
     """``(place, rows, kept, outranked, excluded)`` per place in the tiered table (``NULL``: unmapped)."""
     return text(
         f"SELECT t.{LIST}, COUNT(*), "
-        f"SUM(CASE WHEN t.{EXCLUDED} = 0 AND {_IS_BEST} THEN 1 ELSE 0 END), "
+        f"SUM(CASE WHEN t.{EXCLUDED} = 0 AND {IS_BEST} THEN 1 ELSE 0 END), "
         f"SUM(CASE WHEN o.{BEST} < t.{LIST} THEN 1 ELSE 0 END), "
-        f"SUM(CASE WHEN t.{EXCLUDED} = 1 AND {_IS_BEST} THEN 1 ELSE 0 END) "
-        f"FROM {tiered_table} t {_outranked_join(outranked)} GROUP BY t.{LIST}"
+        f"SUM(CASE WHEN t.{EXCLUDED} = 1 AND {IS_BEST} THEN 1 ELSE 0 END) "
+        f"FROM {tiered_table} t {outranked_join(outranked)} GROUP BY t.{LIST}"
     )
 
 
@@ -282,39 +276,7 @@ def unmapped_sample(dialect: Dialect, tiered_table: str, audience: str, count: i
     )
 
 
-# ---- the moves table ---------------------------------------------------------------------------------
-
-
-def create_moves(dialect: Dialect, table: str) -> str:
-    """``CREATE TABLE IF NOT EXISTS`` of the moves table: one row per account a run moved, removed as
-    excluded, or kept off."""
-    key, at = f"{dialect.text_sql(255)} NOT NULL", dialect.type_sql("TIMESTAMP")
-    name = dialect.text_sql(255)
-    return (
-        f"CREATE TABLE IF NOT EXISTS {table} (run_id {key}, kind {dialect.text_sql(8)} NOT NULL, "
-        f"account_id {key}, crm_org_id {key}, from_list {name}, to_list {name}, "
-        f"logged_at {at} NOT NULL{dialect.key_index_sql(['run_id'])})"
-    )
-
-
-def delete_moves(moves: str, run_id: str, list_ids: Sequence[str]) -> Sql:
-    """Forget what an earlier plan of this run said of the programme's lists (a dry or stopped run)."""
-    lists = values(list(list_ids))
-    return sql(
-        "DELETE FROM {moves} WHERE run_id = {run_id} AND (from_list IN ({lists}) OR to_list IN ({lists}))",
-        moves=text(moves),
-        run_id=run_id,
-        lists=lists,
-    )
-
-
-def removed_columns(dialect: Dialect) -> str:
-    """The columns of the work table of the run's removals: the list, its place, the account's key."""
-    key = dialect.text_sql(255)
-    return f"list_id {key}, place INTEGER, account_id {key}, crm_org_id {key}"
-
-
-def _by_place(dialect: Dialect, column: str, list_ids: Sequence[str], *, to_list: bool) -> Sql:
+def by_place(dialect: Dialect, column: str, list_ids: Sequence[str], *, to_list: bool) -> Sql:
     """``CASE`` mapping ``column`` from a list's place to its id (``to_list``) or from its id to its place."""
     pairs = (
         sql("WHEN {place} THEN {list_id}", place=text(str(i)), list_id=text_value(dialect, list_id))
@@ -323,134 +285,3 @@ def _by_place(dialect: Dialect, column: str, list_ids: Sequence[str], *, to_list
         for i, list_id in enumerate(list_ids, start=1)
     )
     return sql("CASE {column} {pairs} END", column=text(column), pairs=join(" ", pairs))
-
-
-def insert_removed(state: StateSql, removed: str, run_id: str, list_ids: Sequence[str]) -> Sql:
-    """Copy the run's planned removals on the programme's lists into ``removed``, a work table small
-    enough (and new enough) for the statements below to join it by hashing: the plan table's
-    statistics describe an earlier run's plan."""
-    return state.sql(
-        "INSERT INTO {removed} (list_id, place, account_id, crm_org_id) "
-        "SELECT p.list_id, {place}, p.account_id, p.crm_org_id FROM {plan} p "
-        "WHERE p.list_id IN ({lists}) AND p.run_id = {run_id} AND p.action = 'remove'",
-        removed=text(removed),
-        place=_by_place(state.dialect, "p.list_id", list_ids, to_list=False),
-        lists=values(list(list_ids)),
-        run_id=run_id,
-    )
-
-
-def insert_moved(
-    dialect: Dialect,
-    moves: str,
-    removed: str,
-    tiered_table: str,
-    outranked: str,
-    run_id: str,
-    list_ids: Sequence[str],
-    at: datetime,
-) -> Sql:
-    """Log each account the run removes from one list of the programme whose best audience is another's."""
-    return sql(
-        "INSERT INTO {moves} ({columns}) "
-        "SELECT DISTINCT {run_id}, {moved}, r.account_id, r.crm_org_id, r.list_id, {to_list}, {at} "
-        "FROM {removed} r JOIN {tiered} t ON t.{account} = r.account_id AND t.{org} = r.crm_org_id "
-        "{outranked} WHERE {is_best} AND t.{excluded} = 0 AND t.{list} <> r.place",
-        moves=text(moves),
-        columns=_MOVE_COLUMNS,
-        run_id=text_value(dialect, run_id),
-        moved=text_value(dialect, MOVED),
-        to_list=_by_place(dialect, f"t.{LIST}", list_ids, to_list=True),
-        at=at,
-        removed=text(removed),
-        tiered=text(tiered_table),
-        account=text(ACCOUNT),
-        org=text(ORG),
-        list=text(LIST),
-        outranked=text(_outranked_join(outranked)),
-        is_best=text(_IS_BEST),
-        excluded=text(EXCLUDED),
-    )
-
-
-def insert_excluded_from(
-    dialect: Dialect, moves: str, removed: str, excluded: str, run_id: str, at: datetime
-) -> Sql:
-    """Log each account the run removes from a list of the programme because it is excluded."""
-    return sql(
-        "INSERT INTO {moves} ({columns}) "
-        "SELECT {run_id}, {change}, r.account_id, r.crm_org_id, r.list_id, NULL, {at} FROM {removed} r "
-        "WHERE EXISTS (SELECT 1 FROM {excluded} x WHERE x.account_id = r.account_id)",
-        moves=text(moves),
-        columns=_MOVE_COLUMNS,
-        run_id=text_value(dialect, run_id),
-        change=text_value(dialect, EXCLUDED_FROM),
-        at=at,
-        removed=text(removed),
-        excluded=text(excluded),
-    )
-
-
-def insert_kept_off(
-    dialect: Dialect,
-    moves: str,
-    removed: str,
-    tiered_table: str,
-    outranked: str,
-    run_id: str,
-    list_ids: Sequence[str],
-    at: datetime,
-) -> Sql:
-    """Log each excluded account of the source with the list its best audience names, unless the run
-    removes it (a member is logged as removed, :func:`insert_excluded_from`)."""
-    return sql(
-        "INSERT INTO {moves} ({columns}) "
-        "SELECT DISTINCT {run_id}, {change}, t.{account}, t.{org}, NULL, {to_list}, {at} "
-        "FROM {tiered} t {outranked} WHERE t.{excluded} = 1 AND {is_best} AND NOT EXISTS (SELECT 1 "
-        "FROM {removed} r WHERE r.account_id = t.{account} AND r.crm_org_id = t.{org})",
-        moves=text(moves),
-        columns=_MOVE_COLUMNS,
-        run_id=text_value(dialect, run_id),
-        change=text_value(dialect, KEPT_OFF),
-        account=text(ACCOUNT),
-        org=text(ORG),
-        list=text(LIST),
-        to_list=_by_place(dialect, f"t.{LIST}", list_ids, to_list=True),
-        at=at,
-        tiered=text(tiered_table),
-        removed=text(removed),
-        excluded=text(EXCLUDED),
-        outranked=text(_outranked_join(outranked)),
-        is_best=text(_IS_BEST),
-    )
-
-
-def move_counts(moves: str, run_id: str, list_ids: Sequence[str]) -> Sql:
-    """``(kind, from_list, to_list, accounts)`` of the run's moves on the programme's lists."""
-    lists = values(list(list_ids))
-    return sql(
-        "SELECT kind, from_list, to_list, COUNT(*) FROM {moves} WHERE run_id = {run_id} "
-        "AND (from_list IN ({lists}) OR to_list IN ({lists})) GROUP BY kind, from_list, to_list",
-        moves=text(moves),
-        run_id=run_id,
-        lists=lists,
-    )
-
-
-def move_sample(moves: str, run_id: str, from_list: str, to_list: str, count: int) -> Sql:
-    """Up to ``count`` accounts the run moved from ``from_list`` to ``to_list``."""
-    return sql(
-        "SELECT account_id, crm_org_id FROM {moves} WHERE run_id = {run_id} AND kind = {moved} "
-        "AND from_list = {from_list} AND to_list = {to_list} ORDER BY account_id LIMIT {count}",
-        moves=text(moves),
-        run_id=run_id,
-        moved=MOVED,
-        from_list=from_list,
-        to_list=to_list,
-        count=text(str(int(count))),
-    )
-
-
-def forget_moves(moves: str, before: datetime) -> Sql:
-    """Drop the moves logged before ``before`` (the run log's retention)."""
-    return sql("DELETE FROM {moves} WHERE logged_at < {before}", moves=text(moves), before=before)

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from abm_provider.accounts.audiences import statements
+from abm_provider.accounts.audiences import move_statements, statements
 from abm_provider.accounts.sources import SqlSource
 from abm_provider.accounts.sync.staging import Stager
 from abm_provider.accounts.sync.statements.binding import text
@@ -88,8 +88,7 @@ class Tiered:
 
     ``members``: where the run compared the source with the programme's members first, the work table
     of the members of the accounts it tiers again (the others keep their lists); ``None`` when the
-    table holds every source row, to be compared with every member. ``changed``: how many accounts
-    were tiered again then.
+    table holds every source row, to be compared with every member.
     """
 
     table: str
@@ -99,7 +98,6 @@ class Tiered:
     unmapped: int = 0
     unmapped_values: list[str] = field(default_factory=list)
     members: str | None = None
-    changed: int | None = None
 
 
 @dataclass
@@ -156,7 +154,7 @@ class Tiering:
         started = time.monotonic()
         dialect = self.db.dialect
         self._create(self.excluded, statements.excluded_columns(dialect))
-        self._create(self.removed, statements.removed_columns(dialect))
+        self._create(self.removed, move_statements.removed_columns(dialect))
         self._create(self.outranked, statements.outranked_columns(dialect))
         for exclusion in self.exclusions:
             self._exclude(exclusion)
@@ -185,7 +183,7 @@ class Tiering:
         tiered = self._count(columns)
         if changed is not None:
             self._add_in_step(tiered)
-            tiered.members, tiered.changed = self.changed_members, changed
+            tiered.members = self.changed_members
         self.log.info(
             "Audiences: %d source rows tiered in %.1f s (%s)%s",
             tiered.rows,
@@ -336,14 +334,9 @@ class Tiering:
 
     def _copy_query(self, statement: str, parameters: Any) -> bool:
         """Run the user's query once, as written, into the numbered work table; whether it could."""
-        try:
-            with self.db.transaction():
-                self.db.run_query(
-                    self.db.dialect.numbered_copy_sql(self.copied, statement, RECORD), parameters
-                )
-        except Exception as err:
-            first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            self.log.info("Audiences: the warehouse could not copy the source query's rows (%s)", first_line)
+        refused = self.db.copy_query(self.copied, statement, parameters)
+        if refused is not None:
+            self.log.info("Audiences: the warehouse could not copy the source query's rows (%s)", refused)
             return False
         self._made.append(self.copied)
         return True
@@ -387,16 +380,12 @@ class Tiering:
             return
         if query is not None and statement is not None:
             copy = self._name(f"xsrc_{uuid.uuid4().hex[:12]}")
-            try:
-                with self.db.transaction():
-                    self.db.run_query(dialect.numbered_copy_sql(copy, statement, RECORD), query.parameters)
-            except Exception as err:
-                first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
-                self.log.info("Audiences: the exclusion query could not be copied (%s)", first_line)
-            else:
+            refused = self.db.copy_query(copy, statement, query.parameters)
+            if refused is None:
                 self._made.append(copy)
                 self._exclude_rows(copy, exclusion)
                 return
+            self.log.info("Audiences: the exclusion query could not be copied (%s)", refused)
         with source.open() as opened:
             _check_id_column(opened.columns, exclusion)
             for chunk in _chunks(opened.rows, self.options.stage_rows):

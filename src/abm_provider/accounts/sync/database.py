@@ -32,6 +32,7 @@ from airflow.providers.common.sql.hooks.sql import DbApiHook
 from abm_provider.accounts.sync.state import StateTables, TableSql, utc_now
 from abm_provider.accounts.sync.statements import locks
 from abm_provider.accounts.sync.statements.binding import Sql, param_style
+from abm_provider.accounts.sync.statements.staging import RECORD
 from abm_provider.accounts.sync.statements.tables import StateSql
 from abm_provider.warehouse.dialects import Dialect, dialect_for
 from abm_provider.warehouse.dialects.base import lock_number
@@ -372,6 +373,23 @@ class StateDatabase:
             self.cur.execute(text, parameters)
         else:
             self.cur.execute(text)
+
+    def copy_query(
+        self, table: str, statement: str, parameters: Mapping[str, Any] | Sequence[Any] | None
+    ) -> str | None:
+        """Run a user's query ``statement`` once, as written, into the numbered work table ``table``, in a
+        transaction of its own; ``None`` when it did, else the first line of the database's refusal.
+
+        Whatever the database makes of the query in a copy (a statement that is not a ``SELECT``, a
+        column name repeated, a syntax of the driver's own), the caller still reads it as written,
+        through its own connection.
+        """
+        try:
+            with self.transaction():
+                self.run_query(self.dialect.numbered_copy_sql(table, statement, RECORD), parameters)
+        except Exception as err:
+            return (str(err).strip().splitlines() or [type(err).__name__])[0]
+        return None
 
     def executemany(self, statement: Sql | str, rows: Sequence[Sequence[Any]]) -> None:
         """Run one statement for each row of values (a statement of the sync takes them at its row's

@@ -205,18 +205,10 @@ class Stager:
             self.log.info("Planning in Python: the source query is not one SQL statement")
             return None
         numbered = self._work.numbered
-        try:
-            with self.db.transaction():
-                self.db.run_query(
-                    self.db.dialect.numbered_copy_sql(numbered, statement, RECORD), query.parameters
-                )
-        except Exception as err:
-            # Whatever the database makes of the query in a copy (a statement that is not a SELECT,
-            # a column name repeated, a syntax of the driver's own), it still runs as written.
-            first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        refused = self.db.copy_query(numbered, statement, query.parameters)
+        if refused is not None:
             self.log.info(
-                "Planning in Python: the warehouse could not copy the source query's rows (%s)",
-                first_line,
+                "Planning in Python: the warehouse could not copy the source query's rows (%s)", refused
             )
             return None
         return numbered

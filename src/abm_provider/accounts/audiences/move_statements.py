@@ -1,0 +1,218 @@
+"""Statements of the audience sync's moves table (:mod:`~abm_provider.accounts.audiences.moves` runs them):
+the run's removals, each account it moved between lists, removed as excluded or kept off, and what
+the table counts.
+
+``r`` is a row of the run's removals, ``t`` a row of the tiered table
+(:mod:`~abm_provider.accounts.audiences.statements`), ``p`` a plan row. Every value is bound; only names
+the dialect quoted and numbers the sync made are written into the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from abm_provider.accounts.audiences.statements import (
+    ACCOUNT,
+    EXCLUDED,
+    IS_BEST,
+    LIST,
+    ORG,
+    by_place,
+    outranked_join,
+)
+from abm_provider.accounts.sync.statements.binding import Sql, sql, text, text_value, values
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from abm_provider.accounts.sync.statements.tables import StateSql
+    from abm_provider.warehouse.dialects import Dialect
+
+#: What the moves table says happened to an account: it left one list of the programme for another,
+#: it was removed from a list because it is excluded, or it was kept off the list its rows name.
+MOVED, EXCLUDED_FROM, KEPT_OFF = "moved", "excluded", "kept_off"
+#: The moves table's columns, in the order its rows are written.
+_MOVE_COLUMNS = text("run_id, kind, account_id, crm_org_id, from_list, to_list, logged_at")
+
+
+def create_moves(dialect: Dialect, table: str) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` of the moves table: one row per account a run moved, removed as
+    excluded, or kept off."""
+    key, at = f"{dialect.text_sql(255)} NOT NULL", dialect.type_sql("TIMESTAMP")
+    name = dialect.text_sql(255)
+    return (
+        f"CREATE TABLE IF NOT EXISTS {table} (run_id {key}, kind {dialect.text_sql(8)} NOT NULL, "
+        f"account_id {key}, crm_org_id {key}, from_list {name}, to_list {name}, "
+        f"logged_at {at} NOT NULL{dialect.key_index_sql(['run_id'])})"
+    )
+
+
+def delete_moves(moves: str, run_id: str, list_ids: Sequence[str]) -> Sql:
+    """Forget what an earlier plan of this run said of the programme's lists (a dry or stopped run)."""
+    lists = values(list(list_ids))
+    return sql(
+        "DELETE FROM {moves} WHERE run_id = {run_id} AND (from_list IN ({lists}) OR to_list IN ({lists}))",
+        moves=text(moves),
+        run_id=run_id,
+        lists=lists,
+    )
+
+
+def removed_columns(dialect: Dialect) -> str:
+    """The columns of the work table of the run's removals: the list, its place, the account's key."""
+    key = dialect.text_sql(255)
+    return f"list_id {key}, place INTEGER, account_id {key}, crm_org_id {key}"
+
+
+def insert_removed(state: StateSql, removed: str, run_id: str, list_ids: Sequence[str]) -> Sql:
+    """Copy the run's planned removals on the programme's lists into ``removed``, a work table small
+    enough (and new enough) for the statements below to join it by hashing: the plan table's
+    statistics describe an earlier run's plan."""
+    return state.sql(
+        "INSERT INTO {removed} (list_id, place, account_id, crm_org_id) "
+        "SELECT p.list_id, {place}, p.account_id, p.crm_org_id FROM {plan} p "
+        "WHERE p.list_id IN ({lists}) AND p.run_id = {run_id} AND p.action = 'remove'",
+        removed=text(removed),
+        place=by_place(state.dialect, "p.list_id", list_ids, to_list=False),
+        lists=values(list(list_ids)),
+        run_id=run_id,
+    )
+
+
+def _log_best_rows(
+    dialect: Dialect,
+    moves: str,
+    kind: str,
+    run_id: str,
+    list_ids: Sequence[str],
+    at: datetime,
+    *,
+    account: str,
+    from_list: str,
+    rows: str,
+    outranked: str,
+    where: str,
+) -> Sql:
+    """Log ``kind`` for each account of ``rows`` (which hold a tiered row ``t``) whose row names its
+    best audience and passes ``where``: ``account`` (its id and org), ``from_list``, and the list that
+    audience names."""
+    return sql(
+        "INSERT INTO {moves} ({columns}) SELECT DISTINCT {run_id}, {kind}, {account}, {from_list}, "
+        "{to_list}, {at} FROM {rows} {outranked} WHERE {is_best} AND {where}",
+        moves=text(moves),
+        columns=_MOVE_COLUMNS,
+        run_id=text_value(dialect, run_id),
+        kind=text_value(dialect, kind),
+        account=text(account),
+        from_list=text(from_list),
+        to_list=by_place(dialect, f"t.{LIST}", list_ids, to_list=True),
+        at=at,
+        rows=text(rows),
+        outranked=text(outranked_join(outranked)),
+        is_best=text(IS_BEST),
+        where=text(where),
+    )
+
+
+def insert_moved(
+    dialect: Dialect,
+    moves: str,
+    removed: str,
+    tiered_table: str,
+    outranked: str,
+    run_id: str,
+    list_ids: Sequence[str],
+    at: datetime,
+) -> Sql:
+    """Log each account the run removes from one list of the programme whose best audience is another's."""
+    return _log_best_rows(
+        dialect,
+        moves,
+        MOVED,
+        run_id,
+        list_ids,
+        at,
+        account="r.account_id, r.crm_org_id",
+        from_list="r.list_id",
+        rows=f"{removed} r JOIN {tiered_table} t ON t.{ACCOUNT} = r.account_id AND t.{ORG} = r.crm_org_id",
+        outranked=outranked,
+        where=f"t.{EXCLUDED} = 0 AND t.{LIST} <> r.place",
+    )
+
+
+def insert_excluded_from(
+    dialect: Dialect, moves: str, removed: str, excluded: str, run_id: str, at: datetime
+) -> Sql:
+    """Log each account the run removes from a list of the programme because it is excluded."""
+    return sql(
+        "INSERT INTO {moves} ({columns}) "
+        "SELECT {run_id}, {change}, r.account_id, r.crm_org_id, r.list_id, NULL, {at} FROM {removed} r "
+        "WHERE EXISTS (SELECT 1 FROM {excluded} x WHERE x.account_id = r.account_id)",
+        moves=text(moves),
+        columns=_MOVE_COLUMNS,
+        run_id=text_value(dialect, run_id),
+        change=text_value(dialect, EXCLUDED_FROM),
+        at=at,
+        removed=text(removed),
+        excluded=text(excluded),
+    )
+
+
+def insert_kept_off(
+    dialect: Dialect,
+    moves: str,
+    removed: str,
+    tiered_table: str,
+    outranked: str,
+    run_id: str,
+    list_ids: Sequence[str],
+    at: datetime,
+) -> Sql:
+    """Log each excluded account of the source with the list its best audience names, unless the run
+    removes it (a member is logged as removed, :func:`insert_excluded_from`)."""
+    return _log_best_rows(
+        dialect,
+        moves,
+        KEPT_OFF,
+        run_id,
+        list_ids,
+        at,
+        account=f"t.{ACCOUNT}, t.{ORG}",
+        from_list="NULL",
+        rows=f"{tiered_table} t",
+        outranked=outranked,
+        where=f"t.{EXCLUDED} = 1 AND NOT EXISTS (SELECT 1 FROM {removed} r "
+        f"WHERE r.account_id = t.{ACCOUNT} AND r.crm_org_id = t.{ORG})",
+    )
+
+
+def move_counts(moves: str, run_id: str, list_ids: Sequence[str]) -> Sql:
+    """``(kind, from_list, to_list, accounts)`` of the run's moves on the programme's lists."""
+    lists = values(list(list_ids))
+    return sql(
+        "SELECT kind, from_list, to_list, COUNT(*) FROM {moves} WHERE run_id = {run_id} "
+        "AND (from_list IN ({lists}) OR to_list IN ({lists})) GROUP BY kind, from_list, to_list",
+        moves=text(moves),
+        run_id=run_id,
+        lists=lists,
+    )
+
+
+def move_sample(moves: str, run_id: str, from_list: str, to_list: str, count: int) -> Sql:
+    """Up to ``count`` accounts the run moved from ``from_list`` to ``to_list``."""
+    return sql(
+        "SELECT account_id, crm_org_id FROM {moves} WHERE run_id = {run_id} AND kind = {moved} "
+        "AND from_list = {from_list} AND to_list = {to_list} ORDER BY account_id LIMIT {count}",
+        moves=text(moves),
+        run_id=run_id,
+        moved=MOVED,
+        from_list=from_list,
+        to_list=to_list,
+        count=text(str(int(count))),
+    )
+
+
+def forget_moves(moves: str, before: datetime) -> Sql:
+    """Drop the moves logged before ``before`` (the run log's retention)."""
+    return sql("DELETE FROM {moves} WHERE logged_at < {before}", moves=text(moves), before=before)
