@@ -338,7 +338,7 @@ def _eventually(check: Callable[[], bool]) -> bool:
 def test_a_duckdb_state_database_is_bounded_unless_its_connection_says(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, given: str | None
 ) -> None:
-    """The list sync's DuckDB holds at most 80 MB of its state in memory (it spills the rest), so a
+    """The list sync's DuckDB holds at most 64 MB of its state in memory (it spills the rest), so a
     sync's peak memory does not grow with the list; a connection's own ``memory_limit`` wins."""
     from support.warehouses import duckdb_conn_env
 
@@ -349,4 +349,4 @@ def test_a_duckdb_state_database_is_bounded_unless_its_connection_says(
         limit = str(db.value("SELECT current_setting('memory_limit')"))
     finally:
         db.close()
-    assert limit == ("76.2 MiB" if given is None else "190.7 MiB")
+    assert limit == ("61.0 MiB" if given is None else "190.7 MiB")

@@ -2,7 +2,8 @@
 emulator with the state on DuckDB, PostgreSQL and MariaDB.
 
 A refused row is not sent again until it changes, too many invalid rows send and record nothing, and a
-key given twice is added once, with its first row. What reaches the service is read from the
+key given twice is added once, with its first row. A first run plans its additions from the stage
+itself, with the hash the Python path gives. What reaches the service is read from the
 emulator's request log and its view of the list; the warehouse with the database's own driver.
 """
 
@@ -25,6 +26,8 @@ from sync_support import (
     sync,
 )
 
+from abm_provider.accounts.sync import plan as plan_module
+from abm_provider.accounts.sync.row_values import account_hash
 from abm_provider.common.rejects import TooManyRejects
 from support.warehouses import Warehouse
 
@@ -82,3 +85,41 @@ def test_a_key_given_twice_is_added_once_with_its_first_row(abm: Any, warehouse:
         )
     )
     assert names == {account_id(1): "First", account_id(2): "Other"}
+
+
+@pytest.mark.parametrize("repeated", [False, True], ids=["each-key-once", "a-key-twice"])
+def test_a_first_run_plans_from_the_stage_unless_a_key_repeats(
+    abm: Any, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch, repeated: bool
+) -> None:
+    """A first run adds every valid row, so its additions are planned from the stage, not copied
+    into the candidates first (a copy of every source row saved), with the hash the Python path
+    gives each row; a key given twice goes through the candidates, which keep its first row."""
+    copies: list[str] = []
+    copy = plan_module.statements.insert_candidates
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        copies.append(args[3])
+        return copy(*args, **kwargs)
+
+    monkeypatch.setattr(plan_module.statements, "insert_candidates", counted)
+    list_id = make_list()
+    rows = [*rows_for(range(3)), *([(account_id(1), "Again", ORG)] if repeated else [])]
+    warehouse.replace_table("targets", COLUMNS, rows)
+    first = sync(warehouse, list_id, "run_1")
+    assert (first["to_add"], first["added"]) == (3, 3)
+    assert copies == ([list_id] if repeated else [])
+    recorded = warehouse.query(
+        f"SELECT account_id, account_name, crm_org_id, row_hash FROM {warehouse.name('abm_sync_members')} "
+        "WHERE list_id = %s",
+        [list_id],
+    )
+    assert {(i, name) for i, name, _, _ in recorded} == {(account_id(n), f"Account {n}") for n in range(3)}
+    for i, name, org, hashed in recorded:
+        assert hashed == account_hash({"id": i, "name": name, "crmOrgId": org}), i
+
+    # The list now has members: the next run leaves them out through the candidates, and sends nothing.
+    clear_requests(abm)
+    second = sync(warehouse, list_id, "run_2")
+    assert (second["to_add"], second["to_remove"]) == (0, 0)
+    assert membership_requests(abm) == {"add": 0, "remove": 0}
+    assert len(copies) == (2 if repeated else 1)

@@ -55,7 +55,7 @@ LOCK_ROW_BEAT = timedelta(minutes=1)
 LOCK_ROW_TRIES = 3
 #: A DuckDB state database holds at most this much in memory and spills the rest to disk, so a sync's
 #: peak memory stays flat whatever the list's size; a ``memory_limit`` the connection sets wins.
-_STATE_OPTIONS = {"memory_limit": "80MB"}
+_STATE_OPTIONS = {"memory_limit": "64MB"}
 
 
 @dataclass(frozen=True)

@@ -171,6 +171,15 @@ class Planner:
         if self.db.value(statements.repeated_key(candidates)) is not None:
             self.db.execute(statements.drop_repeated_keys(candidates))
 
+    def _adds_every_valid_row(self, prepared: Prepared, to_add: statements.Held) -> bool:
+        """Whether the plan adds every valid staged row as it stands: no members to leave out (a first
+        run, a full resync), nothing held back as refused before, and no key twice. The additions are
+        then planned from the stage itself, not copied into the candidates first: on a first run that
+        is a copy of every source row saved."""
+        if prepared.listed or to_add is not statements.NOTHING_HELD:
+            return False
+        return self.db.value(statements.repeated_key(prepared.work.stage, valid_only=True)) is None
+
     def _refused(self) -> statements.Held:
         """Conditions on source row ``s``: refused before with the same values, and still held; or not.
 
@@ -200,23 +209,28 @@ class Planner:
         self.db.execute(statements.delete_plans(state, list_id, sorted(stale)))
         self.db.execute(statements.delete_run(state, list_id, run_id))
         refused = self._refused()
-        # The valid rows whose key is not a member yet (every valid row in a full resync), one per key
-        # (its first in the source): made once, since the plan, the counts and the log all read it,
-        # and small once a list is in step.
-        if options.adds:
+        # Rows that would be added, less those held as refused before (a full resync holds none).
+        to_add = statements.NOTHING_HELD if options.full_resync else refused
+        planned = {"add": 0, "remove": 0}
+        held_valid: Sql | None = None
+        if options.adds and self._adds_every_valid_row(prepared, to_add):
+            planned["add"] = self.db.execute(
+                statements.insert_staged_additions(state, work.stage, list_id, run_id)
+            )
+        elif options.adds:
+            # The valid rows whose key is not a member yet (every valid row in a full resync), one per
+            # key (its first in the source): made once, since the plan, the counts and the log all
+            # read it, and small once a list is in step.
             self.db.execute(
                 statements.insert_candidates(
                     state, work.candidates, work.stage, list_id, listed=prepared.listed
                 )
             )
             self._keep_first_of_each_key(work.candidates)
-        # Rows that would be added, less those held as refused before (a full resync holds none).
-        to_add = statements.NOTHING_HELD if options.full_resync else refused
-        planned = {"add": 0, "remove": 0}
-        if options.adds:
             planned["add"] = self.db.execute(
                 statements.insert_additions(state, work.candidates, list_id, run_id, to_add.sendable)
             )
+            held_valid = statements.candidate_rows(work.candidates, to_add.held)
         if options.removes:
             # Only members no source row equals can have left it, where staging found which those are.
             left = staged.members_left or prepared.members
@@ -229,7 +243,6 @@ class Planner:
             )
         new_invalid = statements.invalid_rows(work.stage, refused.sendable)
         held_invalid = statements.invalid_rows(work.stage, refused.held)
-        held_valid = statements.candidate_rows(work.candidates, to_add.held) if options.adds else None
         rejected = self._count(new_invalid)
         held = self._count(held_invalid) + (self._count(held_valid) if held_valid is not None else 0)
         self._check_rejected(rejected, staged.rows, work.stage, refused)

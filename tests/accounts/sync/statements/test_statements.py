@@ -79,7 +79,7 @@ def _every_statement(dialect: Dialect) -> dict[str, Sql]:
         "staging.equal_to_member": staging.equal_to_member(staged),
         "plan.has_rows": plan.has_rows(state.members, LIST_ID),
         "plan.held_back": held.held + held.sendable,
-        "plan.repeated_key": plan.repeated_key(work.candidates),
+        "plan.repeated_key": plan.repeated_key(work.stage, valid_only=True),
         "plan.drop_repeated_keys": plan.drop_repeated_keys(work.candidates),
         "plan.stale_runs": plan.stale_runs(state, LIST_ID),
         "plan.delete_plans": plan.delete_plans(state, LIST_ID, [RUN_ID, "r3"]),
@@ -90,6 +90,7 @@ def _every_statement(dialect: Dialect) -> dict[str, Sql]:
         "plan.insert_additions": plan.insert_additions(
             state, work.candidates, LIST_ID, RUN_ID, held.sendable
         ),
+        "plan.insert_staged_additions": plan.insert_staged_additions(state, work.stage, LIST_ID, RUN_ID),
         "plan.insert_removals": plan.insert_removals(state, state.members, work.stage, LIST_ID, RUN_ID),
         "plan.planned_counts": plan.planned_counts(state, LIST_ID, RUN_ID),
         "plan.invalid_rows": rows,

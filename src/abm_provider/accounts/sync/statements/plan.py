@@ -76,9 +76,11 @@ def held_back(state: StateSql, list_id: str, not_found_before: datetime | None) 
     return Held(sql("EXISTS ({held})", held=held), sql("NOT EXISTS ({held})", held=held))
 
 
-def repeated_key(candidates: str) -> Sql:
-    """One row when a key occurs twice among ``candidates``, else none."""
-    return text(f"SELECT 1 FROM {candidates} GROUP BY account_id, crm_org_id HAVING COUNT(*) > 1 LIMIT 1")
+def repeated_key(rows: str, *, valid_only: bool = False) -> Sql:
+    """One row when a key occurs twice among ``rows`` (the candidates, or with ``valid_only`` the valid
+    rows of a stage), else none."""
+    where = " WHERE reason IS NULL" if valid_only else ""
+    return text(f"SELECT 1 FROM {rows}{where} GROUP BY account_id, crm_org_id HAVING COUNT(*) > 1 LIMIT 1")
 
 
 def drop_repeated_keys(candidates: str) -> Sql:
@@ -156,11 +158,22 @@ def _insert_for_run(
 
 
 def _insert_plan(
-    state: StateSql, list_id: str, run_id: str, action: str, order: str, rows: Sql, *, row: str
+    state: StateSql,
+    list_id: str,
+    run_id: str,
+    action: str,
+    order: str,
+    rows: Sql,
+    *,
+    row: str,
+    hashed: str | None = None,
 ) -> Sql:
     """Plan as ``action`` the accounts of ``rows`` (a ``FROM ...`` clause of rows named ``row``), numbered
-    in ``order``."""
-    picked = ", ".join(f"{row}.{column}" for column in _ACCOUNT_COLUMNS)
+    in ``order``; ``hashed`` is the SQL of their hash where it is not their ``row_hash`` as it stands."""
+    picked = ", ".join(
+        hashed if hashed is not None and column == "row_hash" else f"{row}.{column}"
+        for column in _ACCOUNT_COLUMNS
+    )
     planned = text(f"'{action}', ROW_NUMBER() OVER (ORDER BY {order}), {picked}")
     columns = ("list_id", "run_id", "action", "seq", *_ACCOUNT_COLUMNS)
     return _insert_for_run(state.plan, columns, list_id, run_id, planned, rows)
@@ -170,6 +183,17 @@ def insert_additions(state: StateSql, candidates: str, list_id: str, run_id: str
     """Plan the ``sendable`` candidates as additions, numbered in source order."""
     rows = sql("FROM {candidates} s WHERE {sendable}", candidates=text(candidates), sendable=sendable)
     return _insert_plan(state, list_id, run_id, "add", "s.record", rows, row="s")
+
+
+def insert_staged_additions(state: StateSql, stage: str, list_id: str, run_id: str) -> Sql:
+    """Plan as additions every valid staged row, numbered in source order, hashing those SQL staged.
+
+    For a run with no members to leave out, nothing held back and no key twice (a first run, a full
+    resync): the candidates would be these very rows, so they are not copied there first.
+    """
+    rows = sql("FROM {stage} s WHERE s.reason IS NULL", stage=text(stage))
+    hashed = staged_hash_sql(state.dialect)
+    return _insert_plan(state, list_id, run_id, "add", "s.record", rows, row="s", hashed=hashed)
 
 
 def insert_removals(state: StateSql, members: Sql, stage: str, list_id: str, run_id: str) -> Sql:
