@@ -154,6 +154,16 @@ class SyncAlreadyRunning(AirflowException):
     """
 
 
+class PlanRowsMissing(AirflowException):
+    """The state database gave back fewer rows of a run's plan than the run's row says it holds.
+
+    Raised before any of those rows is sent or recorded, so nothing is marked sent that was not: the
+    run's progress stops at the last group recorded. A plain ``AirflowException``: a retry reads the
+    plan again and resumes from there (a database that hid committed rows from one connection shows
+    them to the next).
+    """
+
+
 class SyncGuardTripped(AirflowFailException):
     """A list sync's guard stopped the run before anything was sent; the plan is kept for a look.
 

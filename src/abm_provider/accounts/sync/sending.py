@@ -19,6 +19,7 @@ from abm_provider.accounts.sync.splitting import SplitResult, send_splitting
 from abm_provider.accounts.sync.state import SENDING
 from abm_provider.accounts.sync.statements import runs as statements
 from abm_provider.common.concurrency import PerThread, in_order
+from abm_provider.exceptions import PlanRowsMissing
 
 if TYPE_CHECKING:
     from abm_provider.accounts.sync.database import StateDatabase
@@ -112,9 +113,26 @@ class Sender:
             rows = self.db.rows(
                 statements.plan_rows(state, self.options.list_id, run.run_id, action, first, last)
             )
+            if len(rows) != last - first + 1:
+                raise self._missing(run, action, first, last, len(rows))
             for start in range(first, last + 1, size):
                 end = min(start + size - 1, last)
                 yield start, end, rows[start - first : end - first + 1]
+
+    def _missing(self, run: PlannedRun, action: str, first: int, last: int, read: int) -> PlanRowsMissing:
+        """The error for a read of plan rows ``first`` to ``last`` that gave back ``read`` rows.
+
+        Sending the rows read and recording the range as done would mark accounts sent that never
+        were, and the run would end as if whole.
+        """
+        return PlanRowsMissing(
+            f"The plan of run {run.run_id!r} on list {self.options.list_id} holds {action} rows {first} "
+            f"to {last} ({last - first + 1}) by its row in the runs table, and the state database gave "
+            f"back {read} of them from {self.db.names(self.tables).plan}. Nothing of these was sent; "
+            f"the {action}s recorded before row {first} stand. Run the task again to resume from the "
+            f"plan; if the rows are gone from the table, delete the run's row from "
+            f"{self.db.names(self.tables).runs} so that the next run plans afresh."
+        )
 
     def _send_action(
         self,
