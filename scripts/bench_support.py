@@ -73,11 +73,15 @@ def account_id_sql(number: str) -> str:
 
 
 def repeat_first_and_second(bench: Any, section: Any, repeats: int) -> None:
-    """On each warehouse of :data:`SYNC_WAREHOUSES`, ``repeats`` times: ``section`` seeds its source,
-    times the bare request loop and its first and second runs; then it reports, per warehouse, so that
-    a failure on the second keeps the first's figures. The sync and audiences sections share it."""
+    """On each warehouse of :data:`SYNC_WAREHOUSES` (those ``--sync-warehouse`` names, when given),
+    ``repeats`` times: ``section`` seeds its source, times the bare request loop and its first and
+    second runs; then it reports, per warehouse, so that a failure on the second keeps the first's
+    figures. The sync and audiences sections share it."""
+    chosen = bench.args.sync_warehouse or [name for name, _ in SYNC_WAREHOUSES]
     with bench.emulator() as emulator:
         for warehouse, label in SYNC_WAREHOUSES:
+            if warehouse not in chosen:
+                continue
             runs: dict[str, list[dict[str, Any]]] = {"first": [], "second": [], "bare": []}
             try:
                 for number in range(1, repeats + 1):

@@ -57,6 +57,21 @@ def assert_one_tier_each(held: dict[str, set[str]], customers: list[int]) -> Non
     assert not set(seen) & ids(customers)
 
 
+def assert_members_counted(summary: dict[str, Any], held: dict[str, set[str]]) -> None:
+    """Each list's ``state_count`` is what the service holds on it, and the totals add them up."""
+    assert {e["audience"]: e["state_count"] for e in summary["lists"]} == {t: len(m) for t, m in held.items()}
+    assert summary["totals"]["state_count"] == sum(len(m) for m in held.values())
+
+
+def synced_then_changed(warehouse: Warehouse) -> dict[str, str]:
+    """New lists synced from the :data:`FIRST` model, which then changes to the :data:`SECOND`."""
+    lists = make_lists()
+    write_model(warehouse, FIRST, FIRST_CUSTOMERS)
+    sync(warehouse, lists, "run-1")
+    write_model(warehouse, SECOND, SECOND_CUSTOMERS)
+    return lists
+
+
 def test_runs_keep_each_account_on_one_tier_and_customers_on_none(abm: Any, warehouse: Warehouse) -> None:
     lists = make_lists()
     write_model(warehouse, FIRST, FIRST_CUSTOMERS)
@@ -68,6 +83,7 @@ def test_runs_keep_each_account_on_one_tier_and_customers_on_none(abm: Any, ware
     assert [e["audience"] for e in first["lists"]] == list(TIERS)
     kept_off = {e["audience"]: e["excluded"] for e in first["lists"]}
     assert kept_off == {"tier_1": 0, "tier_2": 0, "tier_3": 2}
+    assert_members_counted(first, held)
 
     write_model(warehouse, SECOND, SECOND_CUSTOMERS)
     clear_requests(abm)
@@ -81,6 +97,7 @@ def test_runs_keep_each_account_on_one_tier_and_customers_on_none(abm: Any, ware
     assert (entries["tier_1"]["moved_in"], entries["tier_1"]["moved_out"]) == (1, 1)
     assert entries["tier_2"]["excluded"] == 1  # 8 became a customer: removed from tier 2
     assert entries["tier_3"]["removed"] == 1  # 25 left the model
+    assert_members_counted(second, held)
     # Every removal arrived before the first addition: 7 left tier 2 before it joined tier 1.
     posts = membership_posts(abm)
     actions = [action for action, _, _ in posts]
@@ -107,13 +124,30 @@ def test_runs_keep_each_account_on_one_tier_and_customers_on_none(abm: Any, ware
     assert on_service(abm, separate) == held
 
 
+def test_a_run_counts_the_programmes_members_once_to_plan_and_once_to_report(
+    abm: Any, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each count reads the members table; a programme's lists are counted together, not one by one."""
+    lists = synced_then_changed(warehouse)
+    counts: list[str] = []
+    execute = StateDatabase.execute
+
+    def spy(self: StateDatabase, statement: Any, params: Any = ()) -> int:
+        text = statement.bound(self.style)[0] if hasattr(statement, "bound") else str(statement)
+        if "COUNT(*)" in text and "members" in text:
+            counts.append(text)
+        return execute(self, statement, params)
+
+    monkeypatch.setattr(StateDatabase, "execute", spy)
+    second = sync(warehouse, lists, "run-2")
+    assert len(counts) == 2, counts
+    assert_members_counted(second, on_service(abm, lists))
+
+
 def test_a_run_stopped_between_a_removal_and_its_addition_converges_on_rerun(
     abm: Any, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lists = make_lists()
-    write_model(warehouse, FIRST, FIRST_CUSTOMERS)
-    sync(warehouse, lists, "run-1")
-    write_model(warehouse, SECOND, SECOND_CUSTOMERS)
+    lists = synced_then_changed(warehouse)
     send = AbmHook.change_membership
 
     def dies_on_add(self: AbmHook, action: str, *args: Any, **kwargs: Any) -> Any:

@@ -212,8 +212,12 @@ class AudienceSync:
             for tier in self.tiers:
                 source_rows = tiering.source_of(tiered, tier.place)
                 prepared.append((tier, tier.planner.prepare(source_rows, members)))
+            counted = tiered.member_counts or {}
             with self.db.transaction():
-                written = [(tier, tier.planner.write(ready)) for tier, ready in prepared]
+                written = [
+                    (tier, tier.planner.write(ready, counted.get(tier.audience.list_id)))
+                    for tier, ready in prepared
+                ]
                 tripped = check_programme(
                     self.options, tiered.rows, [(tier.audience.value, tier.options, w) for tier, w in written]
                 )

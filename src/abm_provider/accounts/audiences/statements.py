@@ -206,16 +206,10 @@ def changed_members(state: StateSql, changed: str, list_ids: Sequence[str]) -> S
     )
 
 
-def in_step_counts(state: StateSql, changed_members_table: str, list_ids: Sequence[str]) -> Sql:
-    """``(list_id, accounts)``: the members of each list but those in ``changed_members_table``, the
-    accounts left in step, every row of them naming that list, unchanged."""
-    return state.sql(
-        "SELECT list_id, SUM(accounts) FROM (SELECT list_id, COUNT(*) AS accounts FROM {members} "
-        "WHERE list_id IN ({lists}) GROUP BY list_id UNION ALL SELECT list_id, -COUNT(*) FROM {changed} "
-        "GROUP BY list_id) c GROUP BY list_id",
-        lists=values(list(list_ids)),
-        changed=text(changed_members_table),
-    )
+def changed_member_counts(changed_members_table: str) -> Sql:
+    """``(list_id, accounts)``: the members in ``changed_members_table`` of each list, the accounts it
+    plans again; the list's other members are in step, every row of them naming that list, unchanged."""
+    return text(f"SELECT list_id, COUNT(*) FROM {changed_members_table} GROUP BY list_id")
 
 
 def outranked_columns(dialect: Dialect) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from abm_provider.accounts.sync.summary import SUMMARY_KEYS, read_summary
+from abm_provider.accounts.sync.summary import SUMMARY_KEYS, member_counts, read_summary
 
 if TYPE_CHECKING:
     from abm_provider.accounts.audiences.guards import ProgrammeTrip
@@ -39,8 +39,9 @@ def programme_summary(
     """``{"lists": [...], "moves": [...], "totals": {...}, "run_id", "mode", "dry_run", "guard",
     "guard_at"}``; ``tiers``: each audience's value and its list's options, in priority order."""
     lists: list[dict[str, Any]] = []
+    members = member_counts(db, tables, [options.list_id for _, options in tiers])
     for value, options in tiers:
-        entry = read_summary(db, tables, options)
+        entry = read_summary(db, tables, options, state_count=members[options.list_id])
         entry.pop("guard", None)  # the programme's guard decides, below
         for key in ("run_id", "mode"):
             entry.pop(key, None)

@@ -48,6 +48,7 @@ from abm_provider.accounts.sync.statements.tables import (
     create_work_table_as,
     drop_table,
 )
+from abm_provider.accounts.sync.summary import member_counts
 from abm_provider.accounts.sync.work_source import StateQuerySource
 from abm_provider.common.sql import one_statement
 from abm_provider.warehouse.schema import TableName
@@ -89,6 +90,9 @@ class Tiered:
     ``members``: where the run compared the source with the programme's members first, the work table
     of the members of the accounts it tiers again (the others keep their lists); ``None`` when the
     table holds every source row, to be compared with every member.
+
+    ``member_counts``: each list's recorded members before the run, counted once for the programme,
+    so that its lists' plans need not count them each (``None`` until tiered).
     """
 
     table: str
@@ -98,6 +102,7 @@ class Tiered:
     unmapped: int = 0
     unmapped_values: list[str] = field(default_factory=list)
     members: str | None = None
+    member_counts: dict[str, int] | None = None
 
 
 @dataclass
@@ -119,6 +124,8 @@ class Tiering:
     exclude_lists: Sequence[str]
     log: logging.Logger | Any
     _made: list[str] = field(default_factory=list)
+    #: Each list's members before the run, where :meth:`build` learnt them (:attr:`Tiered.member_counts`).
+    _members: dict[str, int] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         token = uuid.uuid4().hex[:12]
@@ -184,6 +191,9 @@ class Tiering:
         if changed is not None:
             self._add_in_step(tiered)
             tiered.members = self.changed_members
+        if self._members is None:  # not compared with the members: a full resync, or no full outer join
+            self._members = member_counts(self.db, self.tables, self.list_ids)
+        tiered.member_counts = self._members
         self.log.info(
             "Audiences: %d source rows tiered in %.1f s (%s)%s",
             tiered.rows,
@@ -211,6 +221,7 @@ class Tiering:
             return None
         state = db.state_sql(self.tables)
         if not any(db.value(has_rows(state.members, list_id)) is not None for list_id in self.list_ids):
+            self._members = dict.fromkeys(self.list_ids, 0)
             return None
         shape = Stager(db, self.options, self.validator, self.log).shape(numbered, "audience source")
         if shape is None:
@@ -235,12 +246,12 @@ class Tiering:
 
     def _add_in_step(self, tiered: Tiered) -> None:
         """Count the accounts left in step (each on its list, every row of it naming that list) in
-        their list's rows and kept rows, and in the source's."""
-        state = self.db.state_sql(self.tables)
-        counts = statements.in_step_counts(state, self.changed_members, self.list_ids)
-        in_step = dict(self.db.rows(counts))
+        their list's rows and kept rows, and in the source's: a list's members less those of the
+        changed accounts."""
+        members = self._members = member_counts(self.db, self.tables, self.list_ids)
+        changed = dict(self.db.rows(statements.changed_member_counts(self.changed_members)))
         for place, list_id in enumerate(self.list_ids, start=1):
-            accounts = int(in_step.get(list_id) or 0)
+            accounts = members[list_id] - int(changed.get(list_id) or 0)
             tier = tiered.tiers.get(place, Tier())
             tiered.tiers[place] = replace(tier, rows=tier.rows + accounts, kept=tier.kept + accounts)
             tiered.rows += accounts

@@ -193,9 +193,11 @@ class Planner:
         cutoff = None if after is None else self.clock.now() - timedelta(seconds=after)
         return statements.held_back(self.state, options.list_id, cutoff)
 
-    def write(self, prepared: Prepared) -> Written:
+    def write(self, prepared: Prepared, members: int | None = None) -> Written:
         """Replace this run's plan with the change between the stage and the members; say how big it is.
 
+        ``members``: the list's recorded members, where the caller counted them (an audience sync
+        counts all of its lists at once); else counted here, for the guards.
         Inside the caller's transaction, which :meth:`finish` ends. Raises ``TooManyRejects`` past
         ``max_rejected`` (a dry run only warns).
         """
@@ -252,7 +254,7 @@ class Planner:
             to_remove=int(planned["remove"]),
             rejected=rejected,
             held=held,
-            members=member_count(self.db, self.tables, list_id),
+            members=member_count(self.db, self.tables, list_id) if members is None else members,
             refusals=(new_invalid, held_invalid, held_valid),
         )
 

@@ -38,14 +38,21 @@ _COUNTS = tuple(key for key in SUMMARY_KEYS if key != "dry_run")
 
 
 def read_summary(
-    db: StateDatabase, tables: StateTables, options: SyncOptions, *, count_members: bool = True
+    db: StateDatabase,
+    tables: StateTables,
+    options: SyncOptions,
+    *,
+    count_members: bool = True,
+    state_count: int | None = None,
 ) -> dict[str, Any]:
     """The run's counts from its row in the runs table (cumulative over the run's tries).
 
     ``held`` counts the rows refused in an earlier run with the same values, so skipped. ``run_id``
     finds the run's rows in the run log. ``guard`` names the guard a dry run's plan would trip (or
     that stopped the run), else ``None``: what an approval step reads. Both it and ``state_count``
-    count the list's members, which ``count_members=False`` leaves out (for the plan's log line).
+    need the list's members: counted here, or given as ``state_count`` by a caller that counted
+    several lists at once (:func:`member_counts`); ``count_members=False`` leaves both out (for the
+    plan's log line).
     """
     columns = (*_COUNTS, "status", "held", "source_rows")
     row = db.rows(statements.run_row(db.state_sql(tables), options.list_id, options.run_id, columns))
@@ -59,7 +66,7 @@ def read_summary(
     summary["run_id"] = options.run_id
     if not count_members:
         return summary
-    summary["state_count"] = member_count(db, tables, options.list_id)
+    summary["state_count"] = member_count(db, tables, options.list_id) if state_count is None else state_count
     tripped = None
     if status in (DRY_RUN, BLOCKED):
         tripped = check_plan(options, summary["source_rows"], summary["to_remove"], summary["state_count"])
@@ -69,7 +76,14 @@ def read_summary(
 
 def member_count(db: StateDatabase, tables: StateTables, list_id: str) -> int:
     """How many accounts the list holds by our record."""
-    return int(db.value(statements.member_count(db.state_sql(tables), list_id)) or 0)
+    return member_counts(db, tables, [list_id])[list_id]
+
+
+def member_counts(db: StateDatabase, tables: StateTables, list_ids: Sequence[str]) -> dict[str, int]:
+    """How many accounts each of ``list_ids`` holds by our record (0 for none), in one statement: a
+    programme's summary counts all of its lists with one pass over the members table."""
+    found = dict(db.rows(statements.member_counts(db.state_sql(tables), list_ids)))
+    return {list_id: int(found.get(list_id) or 0) for list_id in list_ids}
 
 
 def check_drift(hook: AbmHook, summary: dict[str, Any], list_id: str, log: logging.Logger | Any) -> None:

@@ -147,7 +147,7 @@ def _every_statement(dialect: Dialect) -> dict[str, Sql]:
         "runs.plan_range": runs.plan_range(LIST_ID, RUN_ID, "add", 1, 1000, row="p."),
         "runs.plan_rows": runs.plan_rows(state, LIST_ID, RUN_ID, "add", 1, 1000),
         "runs.run_row": runs.run_row(state, LIST_ID, RUN_ID, ("to_add", "status")),
-        "runs.member_count": runs.member_count(state, LIST_ID),
+        "runs.member_counts": runs.member_counts(state, [LIST_ID, "other-list"]),
     }
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from abm_provider.accounts.sync.statements.binding import Sql, sql, text
+from abm_provider.accounts.sync.statements.binding import Sql, sql, text, values
 
 if TYPE_CHECKING:
     from abm_provider.accounts.sync.statements.tables import StateSql
@@ -62,9 +62,12 @@ def run_row(state: StateSql, list_id: str, run_id: str, columns: Sequence[str]) 
     )
 
 
-def member_count(state: StateSql, list_id: str) -> Sql:
-    """How many members the list has by our record."""
-    return state.sql("SELECT COUNT(*) FROM {members} WHERE list_id = {list_id}", list_id=list_id)
+def member_counts(state: StateSql, list_ids: Sequence[str]) -> Sql:
+    """``(list_id, members)`` of each of ``list_ids`` with members by our record, in one pass."""
+    return state.sql(
+        "SELECT list_id, COUNT(*) FROM {members} WHERE list_id IN ({lists}) GROUP BY list_id",
+        lists=values(list(list_ids)),
+    )
 
 
 def count_rows(rows: Sql) -> Sql:
