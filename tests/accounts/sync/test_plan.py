@@ -102,12 +102,22 @@ def test_a_first_run_plans_from_the_stage_unless_a_key_repeats(
         return copy(*args, **kwargs)
 
     monkeypatch.setattr(plan_module.statements, "insert_candidates", counted)
+    groupings: list[str] = []
+    grouping = plan_module.statements.repeated_key
+
+    def asked(rows: str, **kwargs: Any) -> Any:
+        groupings.append(rows)
+        return grouping(rows, **kwargs)
+
+    monkeypatch.setattr(plan_module.statements, "repeated_key", asked)
     list_id = make_list()
     rows = [*rows_for(range(3)), *([(account_id(1), "Again", ORG)] if repeated else [])]
     warehouse.replace_table("targets", COLUMNS, rows)
     first = sync(warehouse, list_id, "run_1")
     assert (first["to_add"], first["added"]) == (3, 3)
     assert copies == ([list_id] if repeated else [])
+    # Whether a key repeats is asked of the stage once; the candidates, every valid row, are not asked.
+    assert len(groupings) == 1
     recorded = warehouse.query(
         f"SELECT account_id, account_name, crm_org_id, row_hash FROM {warehouse.name('abm_sync_members')} "
         "WHERE list_id = %s",

@@ -162,23 +162,30 @@ class Planner:
         """Whether ``table`` has a row of this list."""
         return self.db.value(statements.has_rows(table, self.options.list_id)) is not None
 
-    def _keep_first_of_each_key(self, candidates: str) -> None:
+    def _keep_first_of_each_key(self, candidates: str, repeats: bool | None) -> None:
         """Leave one row per key in ``candidates``: the first in the source.
 
         A source rarely repeats a key, so one grouping asks first (a window over every row would sort
-        a million texts); only then are the later rows found and deleted.
+        a million texts), unless ``repeats`` already says; only then are the later rows found and
+        deleted.
         """
-        if self.db.value(statements.repeated_key(candidates)) is not None:
+        if repeats is None:
+            repeats = self.db.value(statements.repeated_key(candidates)) is not None
+        if repeats:
             self.db.execute(statements.drop_repeated_keys(candidates))
 
-    def _adds_every_valid_row(self, prepared: Prepared, to_add: statements.Held) -> bool:
-        """Whether the plan adds every valid staged row as it stands: no members to leave out (a first
-        run, a full resync), nothing held back as refused before, and no key twice. The additions are
-        then planned from the stage itself, not copied into the candidates first: on a first run that
-        is a copy of every source row saved."""
+    def _valid_rows_repeat(self, prepared: Prepared, to_add: statements.Held) -> bool | None:
+        """Whether a key occurs twice among the valid staged rows, for a plan that adds every one of
+        them as it stands: no members to leave out (a first run, a full resync) and nothing held back
+        as refused before. ``None`` for any other plan, which is not asked.
+
+        With no key twice, the additions are planned from the stage itself, not copied into the
+        candidates first: on a first run that is a copy of every source row saved. With one, the
+        candidates are every valid row, so they repeat it too and are not asked again.
+        """
         if prepared.listed or to_add is not statements.NOTHING_HELD:
-            return False
-        return self.db.value(statements.repeated_key(prepared.work.stage, valid_only=True)) is None
+            return None
+        return self.db.value(statements.repeated_key(prepared.work.stage, valid_only=True)) is not None
 
     def _refused(self) -> statements.Held:
         """Conditions on source row ``s``: refused before with the same values, and still held; or not.
@@ -215,7 +222,8 @@ class Planner:
         to_add = statements.NOTHING_HELD if options.full_resync else refused
         planned = {"add": 0, "remove": 0}
         held_valid: Sql | None = None
-        if options.adds and self._adds_every_valid_row(prepared, to_add):
+        repeats = self._valid_rows_repeat(prepared, to_add) if options.adds else None
+        if repeats is False:
             planned["add"] = self.db.execute(
                 statements.insert_staged_additions(state, work.stage, list_id, run_id)
             )
@@ -228,7 +236,7 @@ class Planner:
                     state, work.candidates, work.stage, list_id, listed=prepared.listed
                 )
             )
-            self._keep_first_of_each_key(work.candidates)
+            self._keep_first_of_each_key(work.candidates, repeats)
             planned["add"] = self.db.execute(
                 statements.insert_additions(state, work.candidates, list_id, run_id, to_add.sendable)
             )
