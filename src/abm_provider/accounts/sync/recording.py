@@ -90,10 +90,15 @@ class Answered:
         """The plan numbers of the accepted accounts the service echoed back as not found (not removed).
 
         An add echoes the accounts it did not find; a removal, those it did not find on the list.
+        Most batches echo none: their rows are then not indexed by id, a thousand ids a batch that
+        the thread recording the answers would index for nothing.
         """
+        not_found = self.sent.result.not_found
+        if not not_found:
+            return set()
         refused = dict(self.sent.refused)
         accepted = [i for i in range(len(self.rows)) if i not in refused]
-        echoed = _positions_by_id([self.rows[i] for i in accepted], self.sent.result.not_found)
+        echoed = _positions_by_id([self.rows[i] for i in accepted], not_found)
         return {self.start + accepted[i] for i in echoed}
 
 
