@@ -72,7 +72,7 @@ from bench_support import (
     PG_DSN,
     PG_SERVER,
     POSTGRES_CONN,
-    SYNC_WAREHOUSES,
+    SYNC_WAREHOUSE_NAMES,
     account_id_sql,
     ensure_pg_database,
     human_count,
@@ -175,7 +175,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--sync-warehouse",
         action="append",
-        choices=[name for name, _ in SYNC_WAREHOUSES],
+        choices=SYNC_WAREHOUSE_NAMES,
         help="the sync and audiences sections' warehouse (repeatable; default: both)",
     )
     parser.add_argument(
@@ -1319,7 +1319,7 @@ def main(argv: list[str] | None = None) -> int:
         "audience_rows": sizes.audience_rows,
         "audience_exclusions": sizes.audience_exclusions,
         "audience_runs": args.audience_runs,
-        "sync_warehouses": ",".join(args.sync_warehouse or [name for name, _ in SYNC_WAREHOUSES]),
+        "sync_warehouses": ",".join(args.sync_warehouse or SYNC_WAREHOUSE_NAMES),
         "duckdb_memory_limit": args.duckdb_memory_limit,
         "duckdb_threads": args.duckdb_threads or "default",
         "elapsed_s": round(time.monotonic() - started, 1),

@@ -25,6 +25,8 @@ POSTGRES_CONN = "bench_postgres"
 REQUEST_LOG_SIZE = 5000
 #: The warehouses of the sync and audiences sections: the state connection's kind and its label.
 SYNC_WAREHOUSES = (("duckdb", "DuckDB"), ("postgres", "PostgreSQL"))
+#: Their kinds, as ``--sync-warehouse`` names them.
+SYNC_WAREHOUSE_NAMES = tuple(name for name, _ in SYNC_WAREHOUSES)
 
 
 def human_count(count: float) -> str:
@@ -77,7 +79,7 @@ def repeat_first_and_second(bench: Any, section: Any, repeats: int) -> None:
     ``repeats`` times: ``section`` seeds its source, times the bare request loop and its first and
     second runs; then it reports, per warehouse, so that a failure on the second keeps the first's
     figures. The sync and audiences sections share it."""
-    chosen = bench.args.sync_warehouse or [name for name, _ in SYNC_WAREHOUSES]
+    chosen = bench.args.sync_warehouse or SYNC_WAREHOUSE_NAMES
     with bench.emulator() as emulator:
         for warehouse, label in SYNC_WAREHOUSES:
             if warehouse not in chosen:

@@ -212,10 +212,10 @@ class AudienceSync:
             for tier in self.tiers:
                 source_rows = tiering.source_of(tiered, tier.place)
                 prepared.append((tier, tier.planner.prepare(source_rows, members)))
-            counted = tiered.member_counts or {}
+            counted = tiered.member_counts
             with self.db.transaction():
                 written = [
-                    (tier, tier.planner.write(ready, counted.get(tier.audience.list_id)))
+                    (tier, tier.planner.write(ready, counted[tier.audience.list_id]))
                     for tier, ready in prepared
                 ]
                 tripped = check_programme(

@@ -92,7 +92,7 @@ class Tiered:
     table holds every source row, to be compared with every member.
 
     ``member_counts``: each list's recorded members before the run, counted once for the programme,
-    so that its lists' plans need not count them each (``None`` until tiered).
+    so that its lists' plans need not count them each.
     """
 
     table: str
@@ -102,7 +102,7 @@ class Tiered:
     unmapped: int = 0
     unmapped_values: list[str] = field(default_factory=list)
     members: str | None = None
-    member_counts: dict[str, int] | None = None
+    member_counts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -124,8 +124,6 @@ class Tiering:
     exclude_lists: Sequence[str]
     log: logging.Logger | Any
     _made: list[str] = field(default_factory=list)
-    #: Each list's members before the run, where :meth:`build` learnt them (:attr:`Tiered.member_counts`).
-    _members: dict[str, int] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         token = uuid.uuid4().hex[:12]
@@ -178,7 +176,8 @@ class Tiering:
             org if org in columns and "crmOrgId" in self.validator.fields else None,
             self.validator.default_crm_org_id,
         )
-        changed = self._compare(numbered, rows, keys)
+        members = member_counts(self.db, self.tables, self.list_ids)
+        changed = self._compare(numbered, rows, keys, members)
         only = None if changed is None else self.changed
         select = statements.tiered(dialect, text(numbered), self.excluded, keys, only)
         with self.db.transaction():
@@ -188,12 +187,10 @@ class Tiering:
             self.db.execute(statements.insert_outranked(self.tiered, self.outranked))
         self.db.analyze(self.tiered, self.outranked)
         tiered = self._count(columns)
+        tiered.member_counts = members
         if changed is not None:
             self._add_in_step(tiered)
             tiered.members = self.changed_members
-        if self._members is None:  # not compared with the members: a full resync, or no full outer join
-            self._members = member_counts(self.db, self.tables, self.list_ids)
-        tiered.member_counts = self._members
         self.log.info(
             "Audiences: %d source rows tiered in %.1f s (%s)%s",
             tiered.rows,
@@ -206,22 +203,24 @@ class Tiering:
         )
         return tiered
 
-    def _compare(self, numbered: str, rows: str, keys: statements.RowKeys) -> int | None:
+    def _compare(
+        self, numbered: str, rows: str, keys: statements.RowKeys, members: dict[str, int]
+    ) -> int | None:
         """Find the accounts whose rows or memberships changed, and their members; how many, or
         ``None`` when the run tiers every row (a first run, a full resync, a database without full
         outer joins or the rules in SQL, columns the rules cannot read).
 
         One full outer join of the source with the programme's members on the account's key
         (:func:`~abm_provider.accounts.audiences.statements.insert_changed`): a programme in step
-        with its source tiers only what changed since.
+        with its source tiers only what changed since. ``members``: each list's recorded members (a
+        programme with none has nothing to compare with).
         """
         db, dialect = self.db, self.db.dialect
         able = dialect.capabilities.full_outer_join and dialect.has_rules_in_sql
         if self.options.full_resync or not able:
             return None
         state = db.state_sql(self.tables)
-        if not any(db.value(has_rows(state.members, list_id)) is not None for list_id in self.list_ids):
-            self._members = dict.fromkeys(self.list_ids, 0)
+        if not any(members.values()):
             return None
         shape = Stager(db, self.options, self.validator, self.log).shape(numbered, "audience source")
         if shape is None:
@@ -237,9 +236,9 @@ class Tiering:
                 )
             )
         db.analyze(self.changed)
-        members = statements.changed_members(state, self.changed, self.list_ids)
+        changed_members = statements.changed_members(state, self.changed, self.list_ids)
         with db.transaction():
-            db.execute(create_work_table_as(dialect, self.changed_members, members))
+            db.execute(create_work_table_as(dialect, self.changed_members, changed_members))
         self._made.append(self.changed_members)
         db.analyze(self.changed_members)
         return int(db.value(count(text(self.changed))) or 0)
@@ -248,10 +247,9 @@ class Tiering:
         """Count the accounts left in step (each on its list, every row of it naming that list) in
         their list's rows and kept rows, and in the source's: a list's members less those of the
         changed accounts."""
-        members = self._members = member_counts(self.db, self.tables, self.list_ids)
         changed = dict(self.db.rows(statements.changed_member_counts(self.changed_members)))
         for place, list_id in enumerate(self.list_ids, start=1):
-            accounts = members[list_id] - int(changed.get(list_id) or 0)
+            accounts = tiered.member_counts[list_id] - int(changed.get(list_id) or 0)
             tier = tiered.tiers.get(place, Tier())
             tiered.tiers[place] = replace(tier, rows=tier.rows + accounts, kept=tier.kept + accounts)
             tiered.rows += accounts
