@@ -167,9 +167,15 @@ def test_numeric_audience_values_compare_with_priority_as_text() -> None:
         [],
     ],
 )
-def test_a_priority_that_does_not_name_each_audience_once_is_refused(priority: list[str]) -> None:
-    task = AccountAudienceSyncOperator(**{**GOOD, "priority": priority})
+def test_a_priority_that_does_not_name_each_audience_once_is_refused_at_parse(priority: list[str]) -> None:
     with pytest.raises(ValueError, match=r"priority \[.*\] must name each audience of audiences .* once"):
+        AccountAudienceSyncOperator(**{**GOOD, "priority": priority})
+
+
+def test_a_templated_priority_is_checked_once_rendered() -> None:
+    task = AccountAudienceSyncOperator(**{**GOOD, "priority": ["{{ params.first }}", "tier_1", "tier_2"]})
+    task.priority = ["tier_9", "tier_1", "tier_2"]
+    with pytest.raises(ValueError, match=r"priority \[.*\] must name each audience"):
         task._ordered()
 
 
@@ -205,3 +211,112 @@ def test_templated_options_are_checked_when_rendered() -> None:
     task.dry_run, task.mode = "false", "sync"
     with pytest.raises(AirflowFailException, match="mode must be one of"):
         task._sync_options({"run_id": "r"}, "")
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"audiences": {"tier_1": {"list_id": "../folders"}}}, r"audiences\['tier_1'\]\['list_id'\]"),
+        ({"audiences": {"tier_1": {"list_name": ""}}}, r"audiences\['tier_1'\]\['list_name'\]"),
+        ({"audiences": {"tier_1": {"list_name": 7}}}, r"audiences\['tier_1'\]\['list_name'\]"),
+        ({"folder_id": None}, r"lists \['T3'\] are given by name: set folder_id"),
+        (
+            {"audiences": {"tier_1": "list-1", "tier_2": {"list_id": "list-1"}}},
+            "names the list .* more than once",
+        ),
+        ({"exclude_lists": ["list-2"]}, r"lists \['list-2'\] are both kept by this programme and excluded"),
+        ({"exclude_lists": "list-9"}, "exclude_lists must be a list of list ids"),
+        ({"exclude_lists": ["../folders"]}, r"exclude_lists\[0\]"),
+        (
+            {"exclusions": [{"table": "customers", "parameters": [1]}]},
+            r"exclusions\[0\]: parameters are only",
+        ),
+        ({"exclusions": [{"accounts_path": "/c.json"}]}, r"exclusions\[0\]: Cannot tell the format"),
+        (
+            {"exclusions": [{"accounts_path": "/c.csv", "file_format": "xml"}]},
+            r"exclusions\[0\]: file_format",
+        ),
+        (
+            {"exclusions": [{"sql": "SELECT 1", "file_format": "csv"}]},
+            r"exclusions\[0\]: file_format is only",
+        ),
+        ({"audiences": {1: "list-1", "1": "list-2"}}, r"names the audience values \['1'\] more than once"),
+    ],
+    ids=[
+        "list-id-not-a-path-segment",
+        "list-name-empty",
+        "list-name-not-text",
+        "list-name-without-folder",
+        "same-list-twice",
+        "list-kept-and-excluded",
+        "exclude-lists-one-string",
+        "exclude-lists-bad-id",
+        "exclusion-parameters-without-sql",
+        "exclusion-file-of-unknown-format",
+        "exclusion-unknown-file-format",
+        "exclusion-file-format-without-file",
+        "audience-values-equal-as-text",
+    ],
+)
+def test_a_bad_literal_argument_is_refused_at_parse_naming_it(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        AccountAudienceSyncOperator(**{**GOOD, **changes})
+
+
+def test_an_exclusion_known_only_at_run_time_is_not_checked_at_parse() -> None:
+    with DAG("d", schedule=None):
+        upstream = CreateAccountListOperator(task_id="upstream", list_name="T1", folder_id="f")
+        task = AccountAudienceSyncOperator(
+            **{**GOOD, "exclusions": [upstream.output, "{{ params.customers }}", {"table": "customers"}]}
+        )
+    assert task.upstream_task_ids == {"upstream"}
+
+
+def test_lists_known_only_at_run_time_are_not_checked_together_at_parse() -> None:
+    AccountAudienceSyncOperator(
+        **{
+            **GOOD,
+            "audiences": {"tier_1": "{{ params.list }}", "tier_2": "list-2"},
+            "exclude_lists": ["list-1"],
+        }
+    )
+    AccountAudienceSyncOperator(
+        **{**GOOD, "exclude_lists": ["{{ params.excluded }}"], "folder_id": "{{ params.f }}"}
+    )
+
+
+def test_the_audience_arguments_render_nested_templates() -> None:
+    with DAG("d", schedule=None):
+        task = AccountAudienceSyncOperator(
+            task_id="a",
+            audiences={"tier_1": "{{ params.l1 }}", "tier_2": {"list_name": "{{ params.n2 }}"}},
+            audience_column="{{ params.col }}",
+            priority=["{{ params.p1 }}", "tier_1"],
+            folder_id="{{ params.folder }}",
+            exclusions=[{"table": "{{ params.cust }}", "id_column": "{{ params.idc }}"}],
+            exclude_lists=["{{ params.ex }}"],
+            table="targets",
+            sql_conn_id="wh",
+            max_removals="{{ params.mr }}",
+            lock_timeout="{{ params.lt }}",
+        )
+    params = {
+        "l1": "list-1",
+        "n2": "Tier 2",
+        "col": "tier",
+        "p1": "tier_2",
+        "folder": "f-1",
+        "cust": "customers",
+        "idc": "account_id",
+        "ex": "list-x",
+        "mr": "None",
+        "lt": "5",
+    }
+    task.render_template_fields({"params": params})  # type: ignore[arg-type]
+    assert task.audiences == {"tier_1": "list-1", "tier_2": {"list_name": "Tier 2"}}
+    assert (task.audience_column, task.priority, task.folder_id) == ("tier", ["tier_2", "tier_1"], "f-1")
+    assert task.exclusions == [{"table": "customers", "id_column": "account_id"}]
+    assert task.exclude_lists == ["list-x"]
+    assert task._ordered() == [("tier_2", {"list_name": "Tier 2"}), ("tier_1", "list-1")]
+    options = task._sync_options({"run_id": "r"}, "")  # type: ignore[arg-type]
+    assert (options.max_removals, options.lock_timeout) == (None, 5)

@@ -86,11 +86,20 @@ def check_source(
         raise ValueError(f"{given[0]} needs sql_conn_id (any common-sql connection)")
     if accounts_path and not state_conn_id:
         raise ValueError("accounts_path needs state_conn_id: the connection that holds the state tables")
+    check_source_options(table, sql, accounts_path, parameters, file_format)
+
+
+def check_source_options(table: Any, sql: Any, accounts_path: Any, parameters: Any, file_format: Any) -> None:
+    """What one source's options need (an audience sync's exclusions are sources too): ``parameters``
+    go with ``sql``, a ``file_format`` with ``accounts_path``, a file's format is known, and a table's
+    name parses. Values still to be rendered are checked once rendered."""
     if parameters is not None and sql is None:
         raise ValueError("parameters are only used with sql")
     if file_format is not None and accounts_path is None:
         raise ValueError("file_format is only used with accounts_path")
-    if accounts_path and file_format is None and not is_deferred(str(accounts_path)):
+    if file_format is not None and not is_deferred(str(file_format)):
+        detect_file_format("", str(file_format))
+    elif accounts_path and not is_deferred(str(accounts_path)):
         detect_file_format(str(accounts_path))
     if table and not is_deferred(table):
         TableName.parse(table)

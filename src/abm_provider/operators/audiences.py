@@ -7,17 +7,18 @@ its exclusions, then runs :class:`~abm_provider.accounts.audiences.engine.Audien
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from abm_provider.accounts.audiences import Audience, AudienceSync, Exclusion
+from abm_provider.accounts.audiences.engine import check_programme_lists
 from abm_provider.accounts.sources import AccountSource, SqlSource, open_file_source
 from abm_provider.accounts.sync.lock import open_state
 from abm_provider.accounts.sync.summary import check_drifts
 from abm_provider.assets import warehouse_asset
 from abm_provider.common.arguments import check_id, check_text
 from abm_provider.compat import AirflowFailException
-from abm_provider.operators._sync import SYNC_TEMPLATE_FIELDS, _SyncOperator
+from abm_provider.operators._sync import SYNC_TEMPLATE_FIELDS, _SyncOperator, check_source_options
 from abm_provider.operators.base import check_account_arguments, check_known, is_deferred
 from abm_provider.warehouse.connections import sql_hook
 from abm_provider.warehouse.schema import TableName
@@ -34,9 +35,17 @@ NEW_LIST = "(new) {name}"
 
 
 def _check_audiences(audiences: Any, name: str = "audiences") -> dict[str, Any]:
-    """``{audience value: list}``, each list a list id or ``{"list_id": ...}`` / ``{"list_name": ...}``."""
+    """``{audience value: list}``, each list a list id or ``{"list_id": ...}`` / ``{"list_name": ...}``.
+
+    Values compare as text, so two that are the same text (``1`` and ``"1"``) are refused rather than
+    one silently taking the other's place.
+    """
     if not isinstance(audiences, Mapping) or not audiences:
         raise ValueError(f"{name} must map each audience value to its list, e.g. {{'tier_1': '<list id>'}}")
+    texts = [str(value) for value in audiences]
+    twice = sorted({text for text in texts if texts.count(text) > 1})
+    if twice:
+        raise ValueError(f"{name} names the audience values {twice} more than once (values compare as text)")
     for value, target in audiences.items():
         where = f"{name}[{value!r}]"
         if isinstance(target, str):
@@ -47,13 +56,52 @@ def _check_audiences(audiences: Any, name: str = "audiences") -> dict[str, Any]:
                 raise ValueError(
                     f"{where} names its list by list_id or list_name, one of them; got {dict(target)}"
                 )
+            if "list_id" in target:
+                check_known(check_id, target["list_id"], f"{where}['list_id']")
+            else:
+                check_known(check_text, target["list_name"], f"{where}['list_name']")
         elif not is_deferred(target):
             raise ValueError(f"{where} must be a list id or {{'list_name': ...}}, not {target!r}")
     return dict(audiences)
 
 
+def _list_id(target: Any) -> str | None:
+    """The list id a checked audience target gives as it stands; ``None`` for a list given by name or
+    a value still to be rendered."""
+    given = target.get("list_id") if isinstance(target, Mapping) else target
+    return None if given is None or is_deferred(given) else str(given)
+
+
+def _check_exclude_lists(exclude_lists: Any, name: str = "exclude_lists") -> list[str]:
+    """A sequence of list ids (not one id as a string, whose characters would each be read as one)."""
+    if isinstance(exclude_lists, str | bytes) or not isinstance(exclude_lists, Sequence):
+        raise ValueError(f"{name} must be a list of list ids, e.g. ['<list id>'], not {exclude_lists!r}")
+    for i, list_id in enumerate(exclude_lists):
+        check_known(check_id, list_id, f"{name}[{i}]")
+    return [str(list_id) for list_id in exclude_lists]
+
+
+def _check_folder(targets: Iterable[Any], folder_id: Any) -> str:
+    """Lists given by name are found or created in ``folder_id``: refuse them without one. The
+    folder, ``""`` when none is given."""
+    named = [t["list_name"] for t in targets if isinstance(t, Mapping) and "list_name" in t]
+    if named and not folder_id:
+        raise ValueError(f"lists {named} are given by name: set folder_id, where they are found or created")
+    return str(folder_id or "")
+
+
+def _check_lists(ordered: Sequence[tuple[str, Any]], exclude_lists: Sequence[str]) -> None:
+    """The programme's rules on its lists (no list twice, none both kept and excluded), among the
+    audiences' lists given by id as they stand."""
+    given = [Audience(value, list_id) for value, target in ordered if (list_id := _list_id(target))]
+    if given:
+        check_programme_lists(given, exclude_lists)
+
+
 def _check_exclusion(exclusion: Any, name: str) -> None:
-    """One exclusion: exactly one of ``table``, ``sql``, ``accounts_path``, and only known keys."""
+    """One exclusion: exactly one of ``table``, ``sql``, ``accounts_path``, only known keys, and the
+    options a source of the list sync may have
+    (:func:`~abm_provider.operators._sync.check_source_options`)."""
     if not isinstance(exclusion, Mapping):
         raise ValueError(f"{name} must be a mapping such as {{'table': 'customers'}}, not {exclusion!r}")
     unknown = sorted(set(exclusion) - set(EXCLUSION_KEYS))
@@ -62,6 +110,16 @@ def _check_exclusion(exclusion: Any, name: str) -> None:
     given = [k for k in ("table", "sql", "accounts_path") if exclusion.get(k)]
     if len(given) != 1:
         raise ValueError(f"{name} names one source: table, sql or accounts_path; got {given or 'none'}")
+    try:
+        check_source_options(
+            exclusion.get("table"),
+            exclusion.get("sql"),
+            exclusion.get("accounts_path"),
+            exclusion.get("parameters"),
+            exclusion.get("file_format"),
+        )
+    except ValueError as err:
+        raise ValueError(f"{name}: {err}") from err
 
 
 class AccountAudienceSyncOperator(_SyncOperator):
@@ -118,6 +176,8 @@ class AccountAudienceSyncOperator(_SyncOperator):
         exclusion_inlets = []
         if not is_deferred(exclusions):
             for i, exclusion in enumerate(exclusions):
+                if is_deferred(exclusion):  # a template or an upstream task's output: checked once known
+                    continue
                 _check_exclusion(exclusion, f"exclusions[{i}]")
                 conn = exclusion.get("sql_conn_id") or kwargs.get("sql_conn_id")
                 table = exclusion.get("table")
@@ -135,6 +195,7 @@ class AccountAudienceSyncOperator(_SyncOperator):
             self.progress_interval,
         )
         check_known(_check_audiences, audiences, "audiences")
+        check_known(_check_exclude_lists, exclude_lists, "exclude_lists")
         check_known(check_text, audience_column, "audience_column")
         if not is_deferred(self.mode) and self.mode != "mirror":
             raise ValueError(
@@ -146,6 +207,23 @@ class AccountAudienceSyncOperator(_SyncOperator):
         self.folder_id = folder_id
         self.exclusions = exclusions
         self.exclude_lists = exclude_lists
+        if not is_deferred(audiences):
+            self._check_programme_as_given()
+
+    def _check_programme_as_given(self) -> None:
+        """At parse time, what the arguments already say of the programme: a priority that names each
+        audience once, a folder for lists given by name, and no list twice or both kept and excluded
+        among the list ids given as they stand."""
+        priority = self.priority
+        if priority is not None and not is_deferred(priority) and not any(map(is_deferred, priority)):
+            self._ordered()
+        if not is_deferred(self.folder_id):
+            _check_folder(self.audiences.values(), self.folder_id)
+        exclude_lists = () if is_deferred(self.exclude_lists) else self.exclude_lists
+        _check_lists(
+            [(str(value), target) for value, target in self.audiences.items()],
+            [str(x) for x in exclude_lists if not is_deferred(x)],
+        )
 
     # ---- what the task resolves ---------------------------------------------------------------------
 
@@ -160,21 +238,18 @@ class AccountAudienceSyncOperator(_SyncOperator):
             raise ValueError(f"priority {order} must name each audience of audiences {list(mapped)} once")
         return [(v, mapped[v]) for v in order]
 
-    def _resolve(self, target: Any, dry_run: bool) -> str:
-        """A list id for ``target``: as given, or the list of that name in ``folder_id`` (created when
-        missing, unless this is a dry run)."""
-        if isinstance(target, str):
-            return check_id(target, "audiences")
-        if "list_id" in target:
-            return check_id(target["list_id"], "audiences")
-        name = check_text(target["list_name"], "list_name")
-        if not self.folder_id:
-            raise ValueError(f"list {name!r} is given by name: set folder_id, where it is found or created")
+    def _resolve(self, target: Any, folder_id: str, dry_run: bool) -> str:
+        """A list id for ``target`` (checked with the audiences): as given, or the list of that name in
+        ``folder_id`` (created when missing, unless this is a dry run)."""
+        list_id = _list_id(target)
+        if list_id is not None:
+            return list_id
+        name = str(target["list_name"])
         hook: AbmHook = self.hook
         if dry_run:
-            found = hook.find_list(name, self.folder_id)
+            found = hook.find_list(name, folder_id)
             return NEW_LIST.format(name=name) if found is None else str(found["listId"])
-        return str(hook.ensure_list(name, self.folder_id)["listId"])
+        return str(hook.ensure_list(name, folder_id)["listId"])
 
     def _exclusion(self, exclusion: Mapping[str, Any], id_column: str) -> Exclusion:
         source: AccountSource
@@ -207,11 +282,18 @@ class AccountAudienceSyncOperator(_SyncOperator):
                 raise ValueError(f"mode {base.mode!r}: an audience sync runs in mirror mode only")
             column = check_text(self.audience_column, "audience_column")
             ordered = self._ordered()
+            folder_id = _check_folder([target for _, target in ordered], self.folder_id)
             for i, exclusion in enumerate(self.exclusions or ()):
                 _check_exclusion(exclusion, f"exclusions[{i}]")
             exclusions = [self._exclusion(e, validator.id_column) for e in self.exclusions or ()]
-            exclude_lists = [check_id(x, "exclude_lists") for x in self.exclude_lists or ()]
-            audiences = [Audience(value, self._resolve(target, base.dry_run)) for value, target in ordered]
+            exclude_lists = _check_exclude_lists(self.exclude_lists or ())
+            # Before a list given by name is found or created; again after, for a name that turns out
+            # to be a list given by id too.
+            _check_lists(ordered, exclude_lists)
+            audiences = [
+                Audience(value, self._resolve(target, folder_id, base.dry_run)) for value, target in ordered
+            ]
+            check_programme_lists(audiences, exclude_lists)
         except ValueError as err:
             raise AirflowFailException(str(err)) from err
         self.log.info(
