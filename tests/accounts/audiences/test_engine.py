@@ -187,6 +187,24 @@ def test_an_emptied_tier_trips_the_guard_with_nothing_sent_on_any_list(
     assert on_service(abm, lists) == before
 
 
+def test_a_tier_promoted_whole_is_a_re_tiering_that_max_removals_none_approves(
+    abm: Any, warehouse: Warehouse
+) -> None:
+    """Every tier 2 account now qualifies for tier 1 too, its tier 2 rows still in the model: tier 2 is
+    not emptied by a fault, so allow_empty_source does not stop it, and max_removals=None lets the
+    promotion through (docs/audiences.md, "How the guards count")."""
+    lists = make_lists()
+    write_model(warehouse, {"tier_1": [1, 2], "tier_2": [3, 4]}, [])
+    sync(warehouse, lists, "run-1")
+    write_model(warehouse, {"tier_1": [1, 2, 3, 4], "tier_2": [3, 4]}, [])
+    with pytest.raises(SyncGuardTripped) as tripped:
+        sync(warehouse, lists, "run-2")
+    assert tripped.value.guard == "max_removals"
+    promoted = sync(warehouse, lists, "run-3", max_removals=None)
+    assert on_service(abm, lists) == {"tier_1": ids([1, 2, 3, 4]), "tier_2": set(), "tier_3": set()}
+    assert {(m["from"], m["to"], m["accounts"]) for m in promoted["moves"]} == {("tier_2", "tier_1", 2)}
+
+
 def test_a_programme_wide_share_of_removals_trips_max_removals(abm: Any, warehouse: Warehouse) -> None:
     lists = make_lists()
     write_model(warehouse, FIRST, FIRST_CUSTOMERS)

@@ -17,9 +17,12 @@ def plan(rows: int, removing: int, members: int) -> Written:
     return Written(rows, 0, removing, 0, 0, members, (text(""), text(""), None))
 
 
-def lists(*plans: Written, base: SyncOptions = BASE) -> list[tuple[str, SyncOptions, Written]]:
-    """Each plan as one list's, its options those of the programme with its own list id."""
-    return [(f"tier_{i}", replace(base, list_id=f"L{i}"), p) for i, p in enumerate(plans, start=1)]
+def lists(*plans: Written, base: SyncOptions = BASE) -> list[tuple[str, SyncOptions, Written, int]]:
+    """Each plan as one list's, its options those of the programme with its own list id; the rows that
+    name its audience are the rows its list keeps."""
+    return [
+        (f"tier_{i}", replace(base, list_id=f"L{i}"), p, p.source_rows) for i, p in enumerate(plans, start=1)
+    ]
 
 
 def test_a_programme_in_step_passes() -> None:
@@ -56,3 +59,21 @@ def test_an_empty_source_stops_the_programme_unless_allowed() -> None:
     assert tripped is not None and tripped.where == PROGRAMME and tripped.guard == "allow_empty_source"
     allowed = replace(BASE, allow_empty_source=True, max_removals=None)
     assert check_programme(allowed, 0, lists(plan(0, 10, 10), base=allowed)) is None
+
+
+def test_a_tier_whose_rows_all_name_a_higher_audience_too_is_not_empty() -> None:
+    """Every account of tier 2 is promoted: its rows still name tier 2, so the tier is not emptied by a
+    fault; its list's removals are a re-tiering that max_removals decides."""
+    promoted = [("tier_1", replace(BASE, list_id="L1"), plan(20, 0, 10), 20)]
+    promoted.append(("tier_2", replace(BASE, list_id="L2"), plan(0, 10, 10), 10))
+    approved = replace(BASE, max_removals=None)
+    assert (
+        check_programme(approved, 30, [(v, replace(o, max_removals=None), w, n) for v, o, w, n in promoted])
+        is None
+    )
+    tripped = check_programme(BASE, 30, promoted)
+    assert tripped is not None and tripped.guard == "max_removals"
+    emptied = [*promoted[:1], ("tier_2", replace(approved, list_id="L2"), plan(0, 10, 10), 0)]
+    tripped = check_programme(approved, 20, emptied)
+    assert tripped is not None and tripped.guard == "allow_empty_source"
+    assert tripped.where == "audience 'tier_2' (list L2)"

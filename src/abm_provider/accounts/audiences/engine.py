@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from abm_provider.accounts.audiences.guards import ProgrammeTrip, check_programme
 from abm_provider.accounts.audiences.moves import MovesLog
 from abm_provider.accounts.audiences.summary import programme_summary
-from abm_provider.accounts.audiences.tiering import Exclusion, Tiering
+from abm_provider.accounts.audiences.tiering import Exclusion, Tier, Tiering
 from abm_provider.accounts.sync.clock import ServiceClock, read_service_clock_when_used
 from abm_provider.accounts.sync.lock import hold_list_lock
 from abm_provider.accounts.sync.plan import Planner
@@ -219,7 +219,12 @@ class AudienceSync:
                     for tier, ready in prepared
                 ]
                 tripped = check_programme(
-                    self.options, tiered.rows, [(tier.audience.value, tier.options, w) for tier, w in written]
+                    self.options,
+                    tiered.rows,
+                    [
+                        (tier.audience.value, tier.options, w, tiered.tiers.get(tier.place, Tier()).rows)
+                        for tier, w in written
+                    ],
                 )
                 for tier, w in written:
                     tier.planner.finish(w, blocked=tripped is not None)

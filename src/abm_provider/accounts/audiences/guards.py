@@ -7,8 +7,10 @@ in the transaction that writes it, before the first request:
 
 - the programme: its removals against all of its recorded members (``max_removals``: a fraction of
   them, or a count of removals over all lists), and a source with no rows (``allow_empty_source``);
-- each list: its removals against its own members, and a tier with members whose source rows are all
-  gone (a list with neither members nor rows has nothing to lose).
+- each list: its removals against its own members, and a tier with members that no source row names
+  any more (a list with neither members nor rows has nothing to lose). A tier whose rows are all
+  outranked by a higher audience or excluded is not empty: its accounts moved or left on purpose, and
+  ``max_removals`` decides, as for any re-tiering.
 
 The first guard tripped stops every list: each plan is kept, marked ``blocked``, and nothing is sent.
 """
@@ -54,22 +56,24 @@ class ProgrammeTrip:
 
 
 def check_programme(
-    options: SyncOptions, source_rows: int, lists: Sequence[tuple[str, SyncOptions, Written]]
+    options: SyncOptions, source_rows: int, lists: Sequence[tuple[str, SyncOptions, Written, int]]
 ) -> ProgrammeTrip | None:
     """The first guard the programme's plan trips, or ``None``.
 
-    ``lists``: each audience's value, its list's options and its written plan (with the list's
-    members before the run); ``source_rows``: the rows of the programme's whole source.
+    ``lists``: each audience's value, its list's options, its written plan (with the list's members
+    before the run) and the source rows that name the audience (the list keeps those its accounts
+    name no higher audience with, and not excluded); ``source_rows``: the rows of the programme's
+    whole source.
     """
-    removing = sum(written.to_remove for _, _, written in lists)
-    members = sum(written.members for _, _, written in lists)
+    removing = sum(written.to_remove for _, _, written, _ in lists)
+    members = sum(written.members for _, _, written, _ in lists)
     tripped = check_plan(options, source_rows, removing, members)
     if tripped is not None:
         return ProgrammeTrip(PROGRAMME, tripped)
-    for value, list_options, written in lists:
-        if written.members == 0 and written.source_rows == 0:
+    for value, list_options, written, naming in lists:
+        if written.members == 0 and naming == 0:
             continue
-        tripped = check_plan(list_options, written.source_rows, written.to_remove, written.members)
+        tripped = check_plan(list_options, naming, written.to_remove, written.members)
         if tripped is not None:
             return ProgrammeTrip(f"audience {value!r} (list {list_options.list_id})", tripped)
     return None
