@@ -69,6 +69,7 @@ def _every_statement(dialect: Dialect) -> dict[str, tuple[Sql, tuple[Any, ...]]]
     state = StateSql.of(dialect, TABLES)
     numbered = text(WorkTables.new(dialect, "state").numbered)
     excluded, tiered_table, removed = _work(dialect, "excl"), _work(dialect, "tiered"), _work(dialect, "gone")
+    added = _work(dialect, "came")
     outranked, changed = _work(dialect, "best"), _work(dialect, "chg")
     moves = dialect.table_sql(moves_table(TABLES))
     rows = sql("(SELECT * FROM src WHERE list_id = {list_id})", list_id=LIST_ID)
@@ -106,8 +107,14 @@ def _every_statement(dialect: Dialect) -> dict[str, tuple[Sql, tuple[Any, ...]]]
             move_statements.insert_removed(state, removed, RUN_ID, LISTS),
             (LIST_ID, OTHER_LIST, LIST_ID, OTHER_LIST, RUN_ID),
         ),
+        "insert_added": (
+            move_statements.insert_added(state, added, removed, RUN_ID, LISTS),
+            (LIST_ID, OTHER_LIST, LIST_ID, OTHER_LIST, RUN_ID),
+        ),
         "insert_moved": (
-            move_statements.insert_moved(dialect, moves, removed, tiered_table, outranked, RUN_ID, LISTS, AT),
+            move_statements.insert_moved(
+                dialect, moves, removed, added, tiered_table, outranked, RUN_ID, LISTS, AT
+            ),
             (RUN_ID, move_statements.MOVED, LIST_ID, OTHER_LIST, AT),
         ),
         "insert_excluded_from": (

@@ -10,7 +10,7 @@ the dialect quoted and numbers the sync made are written into the text.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from abm_provider.accounts.audiences.statements import (
     ACCOUNT,
@@ -60,7 +60,8 @@ def delete_moves(moves: str, run_id: str, list_ids: Sequence[str]) -> Sql:
 
 
 def removed_columns(dialect: Dialect) -> str:
-    """The columns of the work table of the run's removals: the list, its place, the account's key."""
+    """The columns of the work tables of the run's removals and of the additions of the accounts it
+    removes: the list, its place, the account's key."""
     key = dialect.text_sql(255)
     return f"list_id {key}, place INTEGER, account_id {key}, crm_org_id {key}"
 
@@ -69,14 +70,46 @@ def insert_removed(state: StateSql, removed: str, run_id: str, list_ids: Sequenc
     """Copy the run's planned removals on the programme's lists into ``removed``, a work table small
     enough (and new enough) for the statements below to join it by hashing: the plan table's
     statistics describe an earlier run's plan."""
+    return _insert_planned(state, removed, run_id, list_ids, "remove")
+
+
+def insert_added(state: StateSql, added: str, removed: str, run_id: str, list_ids: Sequence[str]) -> Sql:
+    """Copy into ``added`` the run's planned additions of the accounts it removes from a list of the
+    programme: a move is one of those, the same key removed from one list and added to another."""
+    return _insert_planned(
+        state,
+        added,
+        run_id,
+        list_ids,
+        "add",
+        sql(
+            " AND EXISTS (SELECT 1 FROM {removed} r WHERE r.account_id = p.account_id "
+            "AND r.crm_org_id = p.crm_org_id)",
+            removed=text(removed),
+        ),
+    )
+
+
+def _insert_planned(
+    state: StateSql,
+    table: str,
+    run_id: str,
+    list_ids: Sequence[str],
+    action: Literal["add", "remove"],
+    where: Sql = text(""),
+) -> Sql:
+    """Copy the run's planned ``action`` rows on the programme's lists (that pass ``where``) into the
+    work table ``table``, each with its list's place."""
     return state.sql(
-        "INSERT INTO {removed} (list_id, place, account_id, crm_org_id) "
+        "INSERT INTO {table} (list_id, place, account_id, crm_org_id) "
         "SELECT p.list_id, {place}, p.account_id, p.crm_org_id FROM {plan} p "
-        "WHERE p.list_id IN ({lists}) AND p.run_id = {run_id} AND p.action = 'remove'",
-        removed=text(removed),
+        "WHERE p.list_id IN ({lists}) AND p.run_id = {run_id} AND p.action = {action}{where}",
+        table=text(table),
         place=by_place(state.dialect, "p.list_id", list_ids, to_list=False),
         lists=values(list(list_ids)),
         run_id=run_id,
+        action=text(f"'{action}'"),
+        where=where,
     )
 
 
@@ -119,13 +152,15 @@ def insert_moved(
     dialect: Dialect,
     moves: str,
     removed: str,
+    added: str,
     tiered_table: str,
     outranked: str,
     run_id: str,
     list_ids: Sequence[str],
     at: datetime,
 ) -> Sql:
-    """Log each account the run removes from one list of the programme whose best audience is another's."""
+    """Log each account the run removes from one list of the programme and adds to the list its best
+    audience names (one already on that list, or whose row there is held back, is only removed)."""
     return _log_best_rows(
         dialect,
         moves,
@@ -137,7 +172,8 @@ def insert_moved(
         from_list="r.list_id",
         rows=f"{removed} r JOIN {tiered_table} t ON t.{ACCOUNT} = r.account_id AND t.{ORG} = r.crm_org_id",
         outranked=outranked,
-        where=f"t.{EXCLUDED} = 0 AND t.{LIST} <> r.place",
+        where=f"t.{EXCLUDED} = 0 AND t.{LIST} <> r.place AND EXISTS (SELECT 1 FROM {added} a "
+        f"WHERE a.place = t.{LIST} AND a.account_id = r.account_id AND a.crm_org_id = r.crm_org_id)",
     )
 
 

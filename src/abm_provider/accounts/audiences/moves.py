@@ -70,21 +70,27 @@ class MovesLog:
 
     def write(self, tiering: Tiering, at: datetime) -> None:
         """Replace the run's moves with what its plan (just written, same transaction) does, from the
-        run's tiered table and its work tables (the run's removals are copied into ``removed`` first)."""
-        excluded, tiered, removed, outranked = (
+        run's tiered table and its work tables (the run's removals are copied into ``removed`` first,
+        and the additions of the accounts it removes into ``added``)."""
+        excluded, tiered, removed, added, outranked = (
             tiering.excluded,
             tiering.tiered,
             tiering.removed,
+            tiering.added,
             tiering.outranked,
         )
         db, dialect, state = self.db, self.db.dialect, self.db.state_sql(self.tables)
         run_id, lists = self.run_id, self.list_ids
         db.execute(statements.delete_moves(self.table, run_id, lists))
-        db.execute(statements.insert_removed(state, removed, run_id, lists))
-        db.execute(
-            statements.insert_moved(dialect, self.table, removed, tiered, outranked, run_id, lists, at)
-        )
-        db.execute(statements.insert_excluded_from(dialect, self.table, removed, excluded, run_id, at))
+        if db.execute(statements.insert_removed(state, removed, run_id, lists)) != 0:
+            # A run that removes nothing (a first run) moves nothing and excludes no member.
+            db.execute(statements.insert_added(state, added, removed, run_id, lists))
+            db.execute(
+                statements.insert_moved(
+                    dialect, self.table, removed, added, tiered, outranked, run_id, lists, at
+                )
+            )
+            db.execute(statements.insert_excluded_from(dialect, self.table, removed, excluded, run_id, at))
         db.execute(
             statements.insert_kept_off(dialect, self.table, removed, tiered, outranked, run_id, lists, at)
         )

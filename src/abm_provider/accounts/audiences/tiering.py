@@ -131,6 +131,7 @@ class Tiering:
         self.copied = self._name(f"rows_{token}")
         self.tiered = self._name(f"tiers_{token}")
         self.removed = self._name(f"gone_{token}")
+        self.added = self._name(f"came_{token}")
         self.outranked = self._name(f"best_{token}")
         self.changed = self._name(f"chg_{token}")
         self.changed_members = self._name(f"mchg_{token}")
@@ -160,6 +161,7 @@ class Tiering:
         dialect = self.db.dialect
         self._create(self.excluded, statements.excluded_columns(dialect))
         self._create(self.removed, move_statements.removed_columns(dialect))
+        self._create(self.added, move_statements.removed_columns(dialect))
         self._create(self.outranked, statements.outranked_columns(dialect))
         for exclusion in self.exclusions:
             self._exclude(exclusion)

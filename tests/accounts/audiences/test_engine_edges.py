@@ -1,0 +1,187 @@
+"""The audience sync at the edges of docs/audiences.md's promises: an excluded account that would move,
+a change of name only, a full resync over an account on two lists, default and padded orgs, an earlier
+run left unfinished, a list excluded later, and an account named twice by one audience; on DuckDB,
+PostgreSQL and MariaDB against the emulator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accounts.audiences.audience_support import (
+    MODEL_COLUMNS,
+    ids,
+    make_lists,
+    membership_posts,
+    on_service,
+    sync,
+    write_model,
+)
+from accounts.sync.sync_support import ORG, account_id, clear_requests, context
+from accounts.sync.sync_support import operator as list_sync_operator
+from support.warehouses import Warehouse
+
+
+def test_an_excluded_account_that_would_move_is_removed_and_not_added(abm: Any, warehouse: Warehouse) -> None:
+    lists = make_lists("ExMove")
+    write_model(warehouse, {"tier_1": [1], "tier_2": [2, 3]}, [])
+    sync(warehouse, lists, "run-1")
+    # 2 is promoted and becomes a customer; 50 is a customer on no list and not in the model.
+    write_model(warehouse, {"tier_1": [1, 2], "tier_2": [2, 3]}, [2, 50])
+    clear_requests(abm)
+    summary = sync(warehouse, lists, "run-2", max_removals=None)
+    assert on_service(abm, lists) == {"tier_1": ids([1]), "tier_2": ids([3]), "tier_3": set()}
+    assert summary["moves"] == []
+    assert {e["audience"]: e["excluded"] for e in summary["lists"]} == {"tier_1": 0, "tier_2": 1, "tier_3": 0}
+    assert [(a, accounts) for a, _, accounts in membership_posts(abm)] == [("remove", [account_id(2)])]
+
+
+def test_a_run_where_only_a_name_changed_sends_nothing_and_stays_in_step(
+    abm: Any, warehouse: Warehouse
+) -> None:
+    lists = make_lists("Rename")
+    write_model(warehouse, {"tier_1": [1, 2], "tier_2": [3, 4]}, [])
+    sync(warehouse, lists, "run-1")
+    rows = [
+        (account_id(1), "Renamed 1", ORG, "tier_1"),
+        (account_id(2), "Account 2", ORG, "tier_1"),
+        (account_id(3), "Account 3", ORG, "tier_2"),
+        (account_id(4), "Account 4", ORG, "tier_2"),
+    ]
+    warehouse.replace_table("model", MODEL_COLUMNS, rows)
+    clear_requests(abm)
+    second = sync(warehouse, lists, "run-2")
+    assert membership_posts(abm) == []
+    assert on_service(abm, lists) == {"tier_1": ids([1, 2]), "tier_2": ids([3, 4]), "tier_3": set()}
+    assert {e["audience"]: e["source_rows"] for e in second["lists"]} == {
+        "tier_1": 2,
+        "tier_2": 2,
+        "tier_3": 0,
+    }
+    # An exclusion is the only change of the third run.
+    warehouse.replace_table("customers", ["account_id"], [(account_id(3),)])
+    sync(warehouse, lists, "run-3", max_removals=None)
+    assert on_service(abm, lists) == {"tier_1": ids([1, 2]), "tier_2": ids([4]), "tier_3": set()}
+
+
+def test_full_resync_takes_an_account_off_its_second_list_removals_first(
+    abm: Any, warehouse: Warehouse
+) -> None:
+    lists = make_lists("Resync")
+    write_model(warehouse, {"tier_1": [1, 2], "tier_2": [3, 4]}, [])
+    sync(warehouse, lists, "run-1")
+    model = warehouse.name("model")
+    one = f"SELECT account_id, account_name, crm_org_id FROM {model} WHERE account_id = '{account_id(1)}'"
+    list_sync_operator(warehouse, lists["tier_2"], sql=one, max_removals=None).execute(context("dup"))
+    write_model(warehouse, {"tier_1": [1, 3], "tier_2": [4]}, [])  # 3 promoted
+    clear_requests(abm)
+    sync(warehouse, lists, "run-2", full_resync=True, max_removals=None)
+    assert on_service(abm, lists) == {"tier_1": ids([1, 3]), "tier_2": ids([4]), "tier_3": set()}
+    actions = [a for a, _, _ in membership_posts(abm)]
+    assert actions == sorted(actions, key=lambda a: a != "remove")
+
+
+def test_default_org_and_spaces_around_the_org_make_one_account(abm: Any, warehouse: Warehouse) -> None:
+    lists = make_lists("Org")
+    rows = [
+        (account_id(1), "Account 1", f"  {ORG} ", "tier_1"),
+        (account_id(1), "Account 1", ORG, "tier_2"),
+        (account_id(2), "Account 2", None, "tier_2"),  # the default org
+        (account_id(2), "Account 2", "  ", "tier_3"),
+        (account_id(5), "Account 5", ORG, "tier_2"),
+    ]
+    warehouse.replace_table("model", MODEL_COLUMNS, rows)
+    warehouse.replace_table("customers", ["account_id"], [])
+    sync(warehouse, lists, "run-1", default_crm_org_id=ORG)
+    assert on_service(abm, lists) == {"tier_1": ids([1]), "tier_2": ids([2, 5]), "tier_3": set()}
+    clear_requests(abm)
+    sync(warehouse, lists, "run-2", default_crm_org_id=ORG)
+    assert membership_posts(abm) == []
+    # 2 loses its tier 2 row: it moves to tier 3 (its blank org is the default).
+    warehouse.replace_table(
+        "model", MODEL_COLUMNS, [r for r in rows if r[3] != "tier_2" or r[0] != account_id(2)]
+    )
+    sync(warehouse, lists, "run-3", default_crm_org_id=ORG, max_removals=None)
+    assert on_service(abm, lists) == {"tier_1": ids([1]), "tier_2": ids([5]), "tier_3": ids([2])}
+
+
+def test_a_new_run_completes_an_earlier_unfinished_run_then_plans(
+    abm: Any, warehouse: Warehouse, monkeypatch: Any
+) -> None:
+    import pytest
+
+    from abm_provider.hooks.abm import AbmHook
+
+    lists = make_lists("Earlier")
+    write_model(warehouse, {"tier_1": [1], "tier_2": [2, 3, 4]}, [])
+    sync(warehouse, lists, "run-1")
+    write_model(warehouse, {"tier_1": [1, 2], "tier_2": [3, 4]}, [])
+    send = AbmHook.change_membership
+
+    def dies_on_add(self: AbmHook, action: str, *args: Any, **kwargs: Any) -> Any:
+        if action == "add":
+            raise SystemExit("died")
+        return send(self, action, *args, **kwargs)
+
+    monkeypatch.setattr(AbmHook, "change_membership", dies_on_add)
+    with pytest.raises(SystemExit):
+        sync(warehouse, lists, "run-2", max_removals=None)
+    monkeypatch.setattr(AbmHook, "change_membership", send)
+    # The model changes again before the next (scheduled) run: 3 is promoted too.
+    write_model(warehouse, {"tier_1": [1, 2, 3], "tier_2": [4]}, [])
+    sync(warehouse, lists, "run-3", max_removals=None)
+    assert on_service(abm, lists) == {"tier_1": ids([1, 2, 3]), "tier_2": ids([4]), "tier_3": set()}
+
+
+def test_a_member_of_an_exclude_list_added_later_leaves_the_programme(abm: Any, warehouse: Warehouse) -> None:
+    lists = make_lists("XL")
+    other = make_lists("XLOther")["tier_1"]
+    write_model(warehouse, {"tier_1": [1, 2], "tier_2": [3, 4]}, [])
+    sync(warehouse, lists, "run-1", exclude_lists=[other])
+    model = warehouse.name("model")
+    one = f"SELECT account_id, account_name, crm_org_id FROM {model} WHERE account_id = '{account_id(3)}'"
+    list_sync_operator(warehouse, other, sql=one).execute(context("other"))
+    sync(warehouse, lists, "run-2", exclude_lists=[other], max_removals=None)
+    assert on_service(abm, lists) == {"tier_1": ids([1, 2]), "tier_2": ids([4]), "tier_3": set()}
+
+
+def test_one_account_named_twice_by_one_audience_with_two_names_sends_nothing_again(
+    abm: Any, warehouse: Warehouse
+) -> None:
+    lists = make_lists("TwoNames")
+    rows = [
+        (account_id(1), "Name A", ORG, "tier_1"),
+        (account_id(1), "Name B", ORG, "tier_1"),
+        (account_id(2), "Account 2", ORG, "tier_2"),
+        (account_id(3), "Account 3", ORG, "unmapped"),
+    ]
+    warehouse.replace_table("model", MODEL_COLUMNS, rows)
+    warehouse.replace_table("customers", ["account_id"], [])
+    first = sync(warehouse, lists, "run-1")
+    assert on_service(abm, lists) == {"tier_1": ids([1]), "tier_2": ids([2]), "tier_3": set()}
+    clear_requests(abm)
+    second = sync(warehouse, lists, "run-2")
+    assert membership_posts(abm) == []
+    assert on_service(abm, lists) == {"tier_1": ids([1]), "tier_2": ids([2]), "tier_3": set()}
+    assert [e["source_rows"] for e in second["lists"]] == [e["source_rows"] for e in first["lists"]]
+
+
+def test_an_account_left_on_two_lists_is_taken_off_one_and_not_reported_as_moved(
+    abm: Any, warehouse: Warehouse
+) -> None:
+    """Separate list syncs put account 1 (a tier 1 account) on the tier 1 and tier 2 lists before the
+    programme's first run. The run removes it from tier 2 and adds it nowhere: it did not move."""
+    lists = make_lists("Dup")
+    write_model(warehouse, {"tier_1": [1, 2], "tier_2": [3, 4]}, [])
+    model = warehouse.name("model")
+    one = f"SELECT account_id, account_name, crm_org_id FROM {model} WHERE account_id = '{account_id(1)}'"
+    for tier in ("tier_1", "tier_2"):
+        list_sync_operator(warehouse, lists[tier], sql=one).execute(context(f"before-{tier}"))
+    summary = sync(warehouse, lists, "run-1", max_removals=None)
+    held = on_service(abm, lists)
+    assert held["tier_1"] == {account_id(1), account_id(2)}
+    assert account_id(1) not in held["tier_2"]
+    entries = {e["audience"]: e for e in summary["lists"]}
+    assert entries["tier_1"]["added"] == 1  # account 2 only: account 1 was already there
+    # A move is a removal from one list and an addition to another: account 1 was only removed.
+    assert summary["moves"] == [], summary["moves"]
+    assert (entries["tier_1"]["moved_in"], entries["tier_2"]["moved_out"]) == (0, 0)
