@@ -1,7 +1,7 @@
 """The audience sync at the edges of docs/audiences.md's promises: an excluded account that would move,
 a change of name only, a full resync over an account on two lists, default and padded orgs, an earlier
-run left unfinished, a list excluded later, and an account named twice by one audience; on DuckDB,
-PostgreSQL and MariaDB against the emulator."""
+run left unfinished, a list excluded later, an account named twice by one audience, and ids with a
+tab or a line break around them; on DuckDB, PostgreSQL and MariaDB against the emulator."""
 
 from __future__ import annotations
 
@@ -185,3 +185,37 @@ def test_an_account_left_on_two_lists_is_taken_off_one_and_not_reported_as_moved
     # A move is a removal from one list and an addition to another: account 1 was only removed.
     assert summary["moves"] == [], summary["moves"]
     assert (entries["tier_1"]["moved_in"], entries["tier_2"]["moved_out"]) == (0, 0)
+
+
+def test_an_id_with_a_trailing_tab_is_the_same_account_and_goes_to_one_list_only(
+    abm: Any, warehouse: Warehouse
+) -> None:
+    """The validator strips every surrounding whitespace of an id (tab, newline); account 1's rows
+    name tier 1 (its id with a trailing tab) and tier 2: it is one account, on tier 1 only."""
+    rows = [
+        (account_id(1) + "\t", "Account 1", ORG, "tier_1"),
+        (account_id(1), "Account 1", ORG, "tier_2"),
+        (account_id(2), "Account 2", ORG, "tier_2"),
+    ]
+    warehouse.replace_table("model", MODEL_COLUMNS, rows)
+    warehouse.replace_table("customers", ["account_id"], [])
+    lists = make_lists("Tab")
+    sync(warehouse, lists, "run-1", max_rejected=None)
+    held = on_service(abm, lists)
+    assert account_id(1) in held["tier_1"]
+    assert account_id(1) not in held["tier_2"], "account 1 is on two lists of the programme"
+
+
+def test_an_excluded_id_with_a_trailing_tab_in_the_source_is_kept_off(abm: Any, warehouse: Warehouse) -> None:
+    """Account 1 is a customer; its source row's id has a trailing newline, which the validator
+    strips: the account is excluded all the same."""
+    rows = [
+        (account_id(1) + "\n", "Account 1", ORG, "tier_1"),
+        (account_id(2), "Account 2", ORG, "tier_1"),
+    ]
+    warehouse.replace_table("model", MODEL_COLUMNS, rows)
+    warehouse.replace_table("customers", ["account_id"], [(account_id(1),)])
+    lists = make_lists("TabX")
+    sync(warehouse, lists, "run-1", max_rejected=None)
+    held = on_service(abm, lists)
+    assert account_id(1) not in held["tier_1"], "an excluded account was added"

@@ -35,8 +35,9 @@ def excluded_columns(dialect: Dialect) -> str:
 
 
 def trimmed(dialect: Dialect, column: str) -> str:
-    """A source column's value as text without the spaces around it, as the validator reads an id."""
-    return f"TRIM({dialect.cast_sql(column, 'TEXT')})"
+    """A source column's value as text without the whitespace around it, as the validator reads an id
+    or an org (``str.strip()``): an id with a tab after it is the account without, not another."""
+    return dialect.strip_sql(dialect.cast_sql(column, "TEXT"))
 
 
 def insert_excluded(dialect: Dialect, excluded: str, rows: Sql, column: str) -> Sql:

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from abm_provider.common.arguments import check_whole
-from abm_provider.warehouse.dialects.base import Filled, NewTable, ProcessLock, Staged
+from abm_provider.warehouse.dialects.base import Filled, NewTable, ProcessLock, Staged, stripped_class
 from abm_provider.warehouse.dialects.capabilities import Capabilities
 from abm_provider.warehouse.records import iter_records
 from abm_provider.warehouse.rules_sql import SqlValidated
@@ -135,6 +135,11 @@ class DuckDBDialect(SqlValidated):
 
     def lineage_namespace(self) -> str | None:
         return f"duckdb://{self.hook.get_database()}"
+
+    def strip_sql(self, expression: str) -> str:
+        # trim() with a set of characters is ten times slower than one compiled expression (RE2).
+        bracket = stripped_class("\\x{{{:04x}}}")
+        return f"regexp_replace({expression}, '^{bracket}+|{bracket}+$', '', 'g')"
 
     def connect(self) -> Any:
         conn = self.hook.get_conn()

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from abm_provider.warehouse.dialects.base import Staged
+from abm_provider.warehouse.dialects.base import Staged, stripped_class
 from abm_provider.warehouse.dialects.capabilities import Capabilities
 from abm_provider.warehouse.dialects.generic import GenericDialect
 from abm_provider.warehouse.dialects.options import NoOptions
@@ -127,6 +127,13 @@ class MySQLDialect(GenericDialect):
         return (
             f"CONVERT({column} USING utf8mb4) COLLATE utf8mb4_bin REGEXP CONVERT(X'{anchored}' USING utf8mb4)"
         )
+
+    def strip_sql(self, expression: str) -> str:
+        # TRIM takes off one string, not a set of characters. The expression goes as a hex literal,
+        # which no sql_mode reads differently; PCRE (MariaDB) and ICU (MySQL 8) both read \x{...}.
+        bracket = stripped_class("\\x{{{:04x}}}")
+        pattern = f"^{bracket}+|{bracket}+$".encode("ascii").hex()
+        return f"REGEXP_REPLACE(CONVERT({expression} USING utf8mb4), CONVERT(X'{pattern}' USING utf8mb4), '')"
 
     def numbered_copy_sql(self, table: str, query: str, record: str) -> str:
         # A window over a derived table numbers in whatever order the window sorts by, and a derived

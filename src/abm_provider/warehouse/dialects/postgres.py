@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO, TYPE_CHECKING, Any
 
 from abm_provider.common.progress import ByteProgress
-from abm_provider.warehouse.dialects.base import Filled, NewTable, Staged, lock_number
+from abm_provider.warehouse.dialects.base import STRIPPED, Filled, NewTable, Staged, lock_number
 from abm_provider.warehouse.dialects.capabilities import Capabilities
 from abm_provider.warehouse.dialects.options import NoOptions
 from abm_provider.warehouse.dialects.postgres_copy import Copied, IterFile, scan_stream
@@ -174,6 +174,11 @@ class PostgresDialect(SqlValidated):
             _value_passes_sql(self.quote(n), plan.kinds[n]) for n in plan.header if plan.kinds[n].pattern
         ]
         return f"COALESCE({' AND '.join(checks)}, false)" if checks else "true"
+
+    def strip_sql(self, expression: str) -> str:
+        # BTRIM takes a set of characters; \\u escapes need a UTF8 database, as PostgreSQL's own are.
+        characters = "".join(f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}" for c in STRIPPED)
+        return f"BTRIM({expression}, E'{characters}')"
 
     def matches_sql(self, column: str, pattern: str) -> str:
         return f"{column} ~ '^({pattern})$'"

@@ -1,0 +1,55 @@
+"""Each warehouse's ``strip_sql`` takes off exactly what Python's ``str.strip()`` takes off.
+
+The account validator strips an id and an org with ``str.strip()``; the audience sync works out the
+same keys in SQL (``statements.trimmed``) to tier, outrank and exclude accounts. A character one side
+strips and the other keeps makes one account two: on two lists of a programme, or an excluded account
+added. Here each dialect's SQL is run on its database against ``str.strip()``, character by character.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from abm_provider.warehouse.dialects.base import STRIPPED
+from abm_provider.warehouse.dialects.duckdb import DuckDBDialect
+from abm_provider.warehouse.dialects.mysql import MySQLDialect
+from abm_provider.warehouse.dialects.postgres import PostgresDialect
+from support.warehouses import Warehouse, open_warehouse
+
+DIALECTS = {"duckdb": DuckDBDialect, "postgres": PostgresDialect, "mariadb": MySQLDialect}
+#: Not whitespace to Python, so kept: a zero-width space, a no-break joiner, a letter, a control.
+KEPT = ["\u200b", "\u2060", "\ufeff", "é", "\x7f", "\x1b"]
+
+
+def _values() -> list[str]:
+    values = ["", "a", " a ", "a b", "\t \n", "".join(STRIPPED), "".join(STRIPPED) + "a" + "".join(STRIPPED)]
+    for c in STRIPPED:
+        values += [f"{c}a", f"a{c}", f"{c}{c}a{c}b{c} {c}", f"{c}"]
+    for c in KEPT:
+        values += [f"{c}a{c}", f" {c}a{c} "]
+    return values
+
+
+@pytest.fixture(params=list(DIALECTS))
+def database(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Warehouse]:
+    with open_warehouse(request.param, tmp_path, monkeypatch) as found:
+        yield found
+
+
+def test_stripped_is_what_str_strip_takes_off() -> None:
+    assert {c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace()} == set(STRIPPED)
+    assert all(c.strip() == "" for c in STRIPPED)
+
+
+def test_each_database_strips_what_str_strip_strips(database: Warehouse) -> None:
+    dialect = DIALECTS[database.kind]
+    marker = "?" if database.kind == "duckdb" else "%s"
+    expression = dialect.strip_sql(None, dialect.cast_sql(None, marker, "TEXT"))  # type: ignore[arg-type]
+    found = {value: database.query(f"SELECT {expression}", [value])[0][0] for value in _values()}
+    wrong = {value: got for value, got in found.items() if got != value.strip()}
+    assert wrong == {}
