@@ -134,7 +134,8 @@ class AccountAudienceSyncOperator(_SyncOperator):
     :param audiences: ``{audience value: list}`` in priority order, the highest first (templated). A
         list is a list id, ``{"list_id": ...}``, or ``{"list_name": ...}``: found in ``folder_id``, or
         created there when missing (a dry run creates nothing and shows it as new). Values compare as
-        text, so a numeric column's ``1`` matches ``"1"``.
+        text, so an integer column's ``1`` matches ``"1"`` (a floating-point column's is the text its
+        database writes, DuckDB's ``1.0``).
     :param audience_column: the source column that names each row's audience (templated).
     :param priority: the audience values, highest first, when not the order of ``audiences``.
     :param folder_id: where lists given by name are found or created (templated).
