@@ -108,7 +108,7 @@ def _every_statement(dialect: Dialect) -> dict[str, tuple[Sql, tuple[Any, ...]]]
             (LIST_ID, OTHER_LIST, LIST_ID, OTHER_LIST, RUN_ID),
         ),
         "insert_added": (
-            move_statements.insert_added(state, added, removed, RUN_ID, LISTS),
+            move_statements.insert_added(state, added, RUN_ID, LISTS),
             (LIST_ID, OTHER_LIST, LIST_ID, OTHER_LIST, RUN_ID),
         ),
         "insert_moved": (

@@ -73,43 +73,27 @@ def insert_removed(state: StateSql, removed: str, run_id: str, list_ids: Sequenc
     return _insert_planned(state, removed, run_id, list_ids, "remove")
 
 
-def insert_added(state: StateSql, added: str, removed: str, run_id: str, list_ids: Sequence[str]) -> Sql:
-    """Copy into ``added`` the run's planned additions of the accounts it removes from a list of the
-    programme: a move is one of those, the same key removed from one list and added to another."""
-    return _insert_planned(
-        state,
-        added,
-        run_id,
-        list_ids,
-        "add",
-        sql(
-            " AND EXISTS (SELECT 1 FROM {removed} r WHERE r.account_id = p.account_id "
-            "AND r.crm_org_id = p.crm_org_id)",
-            removed=text(removed),
-        ),
-    )
+def insert_added(state: StateSql, added: str, run_id: str, list_ids: Sequence[str]) -> Sql:
+    """Copy the run's planned additions on the programme's lists into ``added``: a move is a key removed
+    from one list and added to another. Copied whole, as the removals are: joined to the plan table,
+    whose statistics describe an earlier run's plan, the database may pair them row by row."""
+    return _insert_planned(state, added, run_id, list_ids, "add")
 
 
 def _insert_planned(
-    state: StateSql,
-    table: str,
-    run_id: str,
-    list_ids: Sequence[str],
-    action: Literal["add", "remove"],
-    where: Sql = text(""),
+    state: StateSql, table: str, run_id: str, list_ids: Sequence[str], action: Literal["add", "remove"]
 ) -> Sql:
-    """Copy the run's planned ``action`` rows on the programme's lists (that pass ``where``) into the
-    work table ``table``, each with its list's place."""
+    """Copy the run's planned ``action`` rows on the programme's lists into the work table ``table``,
+    each with its list's place."""
     return state.sql(
         "INSERT INTO {table} (list_id, place, account_id, crm_org_id) "
         "SELECT p.list_id, {place}, p.account_id, p.crm_org_id FROM {plan} p "
-        "WHERE p.list_id IN ({lists}) AND p.run_id = {run_id} AND p.action = {action}{where}",
+        "WHERE p.list_id IN ({lists}) AND p.run_id = {run_id} AND p.action = {action}",
         table=text(table),
         place=by_place(state.dialect, "p.list_id", list_ids, to_list=False),
         lists=values(list(list_ids)),
         run_id=run_id,
         action=text(f"'{action}'"),
-        where=where,
     )
 
 

@@ -71,7 +71,7 @@ class MovesLog:
     def write(self, tiering: Tiering, at: datetime) -> None:
         """Replace the run's moves with what its plan (just written, same transaction) does, from the
         run's tiered table and its work tables (the run's removals are copied into ``removed`` first,
-        and the additions of the accounts it removes into ``added``)."""
+        and, where it removes any, its additions into ``added``)."""
         excluded, tiered, removed, added, outranked = (
             tiering.excluded,
             tiering.tiered,
@@ -84,7 +84,7 @@ class MovesLog:
         db.execute(statements.delete_moves(self.table, run_id, lists))
         if db.execute(statements.insert_removed(state, removed, run_id, lists)) != 0:
             # A run that removes nothing (a first run) moves nothing and excludes no member.
-            db.execute(statements.insert_added(state, added, removed, run_id, lists))
+            db.execute(statements.insert_added(state, added, run_id, lists))
             db.execute(
                 statements.insert_moved(
                     dialect, self.table, removed, added, tiered, outranked, run_id, lists, at
