@@ -3,9 +3,13 @@ service holds."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import pytest
+
+from abm_provider.hooks.abm import AbmHook
 from abm_provider.operators.audiences import AccountAudienceSyncOperator
 from accounts.sync.sync_support import COLUMN_MAP, ORG, account_id, context, make_list, member_ids
 from support.warehouses import Warehouse
@@ -74,3 +78,21 @@ def membership_posts(abm: Any) -> list[tuple[str, str, list[str]]]:
                 accounts = [a["id"] for a in (seen.get("body") or {}).get("accounts", [])]
                 found.append((action, list_id, accounts))
     return found
+
+
+@contextmanager
+def dying_at_the_first_addition(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Inside the block, a run dies (``SystemExit``) at its first add request: its removals are sent
+    and recorded, its additions are not; the service is reachable again after it."""
+    send = AbmHook.change_membership
+
+    def dies_on_add(self: AbmHook, action: str, *args: Any, **kwargs: Any) -> Any:
+        if action == "add":
+            raise SystemExit("the worker died between the removals and the additions")
+        return send(self, action, *args, **kwargs)
+
+    monkeypatch.setattr(AbmHook, "change_membership", dies_on_add)
+    try:
+        yield
+    finally:
+        monkeypatch.setattr(AbmHook, "change_membership", send)

@@ -10,10 +10,10 @@ import pytest
 from abm_provider.accounts.sync.database import StateDatabase
 from abm_provider.accounts.sync.state import StateTables
 from abm_provider.exceptions import SyncAlreadyRunning, SyncGuardTripped
-from abm_provider.hooks.abm import AbmHook
 from abm_provider.warehouse.connections import sql_hook
 from accounts.audiences.audience_support import (
     TIERS,
+    dying_at_the_first_addition,
     ids,
     make_lists,
     membership_posts,
@@ -148,21 +148,12 @@ def test_a_run_stopped_between_a_removal_and_its_addition_converges_on_rerun(
     abm: Any, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lists = synced_then_changed(warehouse)
-    send = AbmHook.change_membership
-
-    def dies_on_add(self: AbmHook, action: str, *args: Any, **kwargs: Any) -> Any:
-        if action == "add":
-            raise SystemExit("the worker died between the removals and the additions")
-        return send(self, action, *args, **kwargs)
-
-    monkeypatch.setattr(AbmHook, "change_membership", dies_on_add)
-    with pytest.raises(SystemExit):
+    with dying_at_the_first_addition(monkeypatch), pytest.raises(SystemExit):
         sync(warehouse, lists, "run-2")
     held = on_service(abm, lists)
     assert account_id(7) not in held["tier_1"] | held["tier_2"]  # off both, never on two
     assert_one_tier_each(held, SECOND_CUSTOMERS)
 
-    monkeypatch.setattr(AbmHook, "change_membership", send)
     clear_requests(abm)
     rerun = sync(warehouse, lists, "run-2")
     assert on_service(abm, lists) == expected(SECOND, SECOND_CUSTOMERS)

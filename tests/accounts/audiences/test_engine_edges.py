@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from accounts.audiences.audience_support import (
     MODEL_COLUMNS,
+    dying_at_the_first_addition,
     ids,
     make_lists,
     membership_posts,
@@ -105,27 +108,14 @@ def test_default_org_and_spaces_around_the_org_make_one_account(abm: Any, wareho
 
 
 def test_a_new_run_completes_an_earlier_unfinished_run_then_plans(
-    abm: Any, warehouse: Warehouse, monkeypatch: Any
+    abm: Any, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import pytest
-
-    from abm_provider.hooks.abm import AbmHook
-
     lists = make_lists("Earlier")
     write_model(warehouse, {"tier_1": [1], "tier_2": [2, 3, 4]}, [])
     sync(warehouse, lists, "run-1")
     write_model(warehouse, {"tier_1": [1, 2], "tier_2": [3, 4]}, [])
-    send = AbmHook.change_membership
-
-    def dies_on_add(self: AbmHook, action: str, *args: Any, **kwargs: Any) -> Any:
-        if action == "add":
-            raise SystemExit("died")
-        return send(self, action, *args, **kwargs)
-
-    monkeypatch.setattr(AbmHook, "change_membership", dies_on_add)
-    with pytest.raises(SystemExit):
+    with dying_at_the_first_addition(monkeypatch), pytest.raises(SystemExit):
         sync(warehouse, lists, "run-2", max_removals=None)
-    monkeypatch.setattr(AbmHook, "change_membership", send)
     # The model changes again before the next (scheduled) run: 3 is promoted too.
     write_model(warehouse, {"tier_1": [1, 2, 3], "tier_2": [4]}, [])
     sync(warehouse, lists, "run-3", max_removals=None)
