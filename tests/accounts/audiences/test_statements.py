@@ -132,7 +132,10 @@ def _every_statement(dialect: Dialect) -> dict[str, tuple[Sql, tuple[Any, ...]]]
             move_statements.move_sample(moves, RUN_ID, LIST_ID, OTHER_LIST, 5),
             (RUN_ID, LIST_ID, OTHER_LIST),
         ),
-        "forget_moves": (move_statements.forget_moves(moves, AT), (AT,)),
+        "forget_moves": (
+            move_statements.forget_moves(moves, AT, LISTS),
+            (AT, LIST_ID, OTHER_LIST, LIST_ID, OTHER_LIST),
+        ),
     }
 
 

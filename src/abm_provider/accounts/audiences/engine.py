@@ -34,7 +34,12 @@ from abm_provider.accounts.sync.clock import ServiceClock, read_service_clock_wh
 from abm_provider.accounts.sync.lock import hold_list_lock
 from abm_provider.accounts.sync.plan import Planner
 from abm_provider.accounts.sync.recording import Recorder
-from abm_provider.accounts.sync.sending import PlannedRun, Sender, unfinished_runs
+from abm_provider.accounts.sync.sending import (
+    PlannedRun,
+    Sender,
+    refuse_preview_over_unfinished,
+    unfinished_runs,
+)
 from abm_provider.accounts.sync.state import uses_lock_rows, utc_now
 from abm_provider.accounts.sync.statements.binding import text
 from abm_provider.accounts.sync.summary import read_summary
@@ -142,6 +147,7 @@ class AudienceSync:
             read_service_clock_when_used(self.clock, self.new_hook, self.log)
         unfinished = [(tier, run) for tier in self.tiers for run in self._unfinished(tier)]
         if options.dry_run:
+            refuse_preview_over_unfinished([run for _, run in unfinished], options.run_id)
             if unfinished:
                 self.log.warning(
                     "Lists %s have plans left unfinished; the next real run completes them before planning",

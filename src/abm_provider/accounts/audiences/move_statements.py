@@ -233,6 +233,13 @@ def move_sample(moves: str, run_id: str, from_list: str, to_list: str, count: in
     )
 
 
-def forget_moves(moves: str, before: datetime) -> Sql:
-    """Drop the moves logged before ``before`` (the run log's retention)."""
-    return sql("DELETE FROM {moves} WHERE logged_at < {before}", moves=text(moves), before=before)
+def forget_moves(moves: str, before: datetime, list_ids: Sequence[str]) -> Sql:
+    """Drop the moves on the programme's lists logged before ``before`` (the run log's retention,
+    which is each programme's own: another's moves stay)."""
+    lists = values(list(list_ids))
+    return sql(
+        "DELETE FROM {moves} WHERE logged_at < {before} AND (from_list IN ({lists}) OR to_list IN ({lists}))",
+        moves=text(moves),
+        before=before,
+        lists=lists,
+    )

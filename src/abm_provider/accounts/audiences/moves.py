@@ -115,5 +115,5 @@ class MovesLog:
         return [f"{i}@{org}" if org else str(i) for i, org in rows]
 
     def forget_before(self, before: datetime) -> Any:
-        """Drop moves logged before ``before``; how many went."""
-        return self.db.execute(statements.forget_moves(self.table, before))
+        """Drop the programme's moves logged before ``before``; how many went."""
+        return self.db.execute(statements.forget_moves(self.table, before, self.list_ids))

@@ -38,7 +38,12 @@ from abm_provider.accounts.sync.lock import check_lock_timeout, hold_list_lock
 from abm_provider.accounts.sync.options import MODES, SyncOptions, check_options
 from abm_provider.accounts.sync.plan import Planner
 from abm_provider.accounts.sync.recording import Recorder
-from abm_provider.accounts.sync.sending import PlannedRun, Sender, unfinished_runs
+from abm_provider.accounts.sync.sending import (
+    PlannedRun,
+    Sender,
+    refuse_preview_over_unfinished,
+    unfinished_runs,
+)
 from abm_provider.accounts.sync.state import uses_lock_rows, utc_now
 from abm_provider.accounts.sync.summary import check_drift, member_count, read_summary
 from abm_provider.common.arguments import check_choice
@@ -103,6 +108,7 @@ class ListSync:
         self._read_service_clock()
         unfinished = unfinished_runs(self.db, self.tables, self.options.list_id)
         if self.options.dry_run:
+            refuse_preview_over_unfinished(unfinished, self.options.run_id)
             if unfinished:
                 self.log.warning(
                     "Runs %s left plans unfinished; the next real run completes them before planning",

@@ -181,9 +181,10 @@ class Recorder:
                 log.append((self.list_id, run_id, "add", "not_found", account_id, org, None, None, now))
         # A plan holds each key once, and it left out the members when it was made under the list's
         # lock, which this run still holds (earlier unfinished runs are completed before a run plans):
-        # so only a full resync, which plans members too, can meet one here. Each check scans the
-        # growing members table on a database that joins by hashing.
-        new_only = self.options.full_resync
+        # so only a full resync, which plans members too, can meet one here, or an earlier run this
+        # one completes, which may have been a full resync. Each check scans the growing members
+        # table on a database that joins by hashing.
+        new_only = self.options.full_resync or run_id != self.options.run_id
         with self.db.transaction():
             if replaces_not_found:
                 self.db.execute(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ from abm_provider.accounts.sync.splitting import SplitResult, send_splitting
 from abm_provider.accounts.sync.state import SENDING
 from abm_provider.accounts.sync.statements import runs as statements
 from abm_provider.common.concurrency import PerThread, in_order
+from abm_provider.compat import AirflowFailException
 from abm_provider.exceptions import PlanRowsMissing
 
 if TYPE_CHECKING:
@@ -51,6 +52,20 @@ def unfinished_runs(db: StateDatabase, tables: StateTables, list_id: str) -> lis
     """The list's runs whose plan is written and not yet sent whole, oldest first."""
     rows = db.rows(statements.unfinished_runs(db.state_sql(tables), list_id, SENDING))
     return [PlannedRun(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
+
+
+def refuse_preview_over_unfinished(unfinished: Iterable[PlannedRun], run_id: str) -> None:
+    """A dry run writes its plan under its run id, replacing that run's: refuse one whose run left its
+    plan unfinished, which the retry must complete (its first try's requests are in it).
+
+    :raises AirflowFailException: naming the run and what to do, with nothing changed.
+    """
+    if any(run.run_id == run_id for run in unfinished):
+        raise AirflowFailException(
+            f"Run {run_id!r} left its plan unfinished; a dry run under the same run id would replace it, "
+            "and the run's retry would then plan afresh, without what its first try sent. Run the task "
+            "without dry_run to complete the plan, or preview under another run id. Nothing was changed."
+        )
 
 
 @dataclass(frozen=True)
