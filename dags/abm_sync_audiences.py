@@ -8,8 +8,9 @@ before it joins Tier 1, so it is never on two lists. The lists are created in th
 run. Runs when the tiers table's Asset is updated, and daily.
 
 A run that would remove more than a quarter of the programme's members or of one list's, or that
-finds a tier emptied, stops before sending anything on any list and says why. If the change is meant
-(a re-tiering), trigger the DAG with ``max_removals`` set to ``null``; ``dry_run`` previews the moves.
+finds a tier emptied, stops before sending anything on any list and says why. If the change is meant,
+trigger the DAG with ``max_removals`` set to ``null`` (a re-tiering), and ``allow_empty_source`` set to
+``true`` as well for a tier that is meant to be empty; ``dry_run`` previews the moves.
 
 The connections and the table, folder and list names come from the environment (``ABM_*``
 variables), so the same file runs on the embedded defaults (emulator + DuckDB) and elsewhere.

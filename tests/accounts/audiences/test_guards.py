@@ -77,3 +77,21 @@ def test_a_tier_whose_rows_all_name_a_higher_audience_too_is_not_empty() -> None
     tripped = check_programme(approved, 20, emptied)
     assert tripped is not None and tripped.guard == "allow_empty_source"
     assert tripped.where == "audience 'tier_2' (list L2)"
+
+
+def test_an_emptied_tier_says_no_row_names_its_audience_and_which_params_let_it_through() -> None:
+    """The source has rows, none naming tier 2: the message says so, not that the source is empty, and
+    names both guards an emptied list passes."""
+    approved = replace(BASE, max_removals=None)
+    emptied = [
+        ("tier_1", replace(approved, list_id="L1"), plan(20, 0, 20), 20),
+        ("tier_2", replace(approved, list_id="L2"), plan(0, 5, 5), 0),
+    ]
+    tripped = check_programme(approved, 20, emptied)
+    assert tripped is not None and (tripped.where, tripped.guard) == (
+        "audience 'tier_2' (list L2)",
+        "allow_empty_source",
+    )
+    message = str(tripped.error("r", "abm_sync_plan"))
+    assert "no source row names this audience" in message and "the source returned no rows" not in message
+    assert "allow_empty_source=True, and with max_removals=None too" in message

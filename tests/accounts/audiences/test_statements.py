@@ -18,7 +18,7 @@ import pytest
 
 from abm_provider.accounts.audiences import move_statements, statements
 from abm_provider.accounts.audiences.moves import moves_table
-from abm_provider.accounts.sync.state import StateTables
+from abm_provider.accounts.sync.state import BLOCKED, DRY_RUN, StateTables
 from abm_provider.accounts.sync.statements.binding import Sql, sql, text
 from abm_provider.accounts.sync.statements.tables import StateSql, WorkTables
 from abm_provider.warehouse.dialects import DIALECTS, GENERIC, Dialect, _load
@@ -103,6 +103,10 @@ def _every_statement(dialect: Dialect) -> dict[str, tuple[Sql, tuple[Any, ...]]]
         "insert_outranked": (statements.insert_outranked(tiered_table, outranked), ()),
         "unmapped_sample": (statements.unmapped_sample(dialect, tiered_table, "tier", 5), ()),
         "delete_moves": (move_statements.delete_moves(moves, RUN_ID, LISTS), (RUN_ID, LIST_ID, OTHER_LIST)),
+        "delete_kept_moves": (
+            move_statements.delete_kept_moves(state, moves, RUN_ID, LISTS),
+            (RUN_ID, LIST_ID, OTHER_LIST, LIST_ID, OTHER_LIST, LIST_ID, OTHER_LIST, BLOCKED, DRY_RUN),
+        ),
         "insert_removed": (
             move_statements.insert_removed(state, removed, RUN_ID, LISTS),
             (LIST_ID, OTHER_LIST, LIST_ID, OTHER_LIST, RUN_ID),

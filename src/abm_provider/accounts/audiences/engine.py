@@ -250,7 +250,7 @@ class AudienceSync:
             tier.planner.log_plan(read_summary(self.db, self.tables, tier.options, count_members=False))
         moves = self.moves.read()
         by_list = {tier.audience.list_id: tier.audience.value for tier in self.tiers}
-        for (source, target), count in sorted(moves.moved.items()):
+        for (source, target), count in moves.in_order(self.list_ids):
             self.log.info(
                 "Moves: %d accounts from %r to %r, e.g. %s",
                 count,

@@ -73,7 +73,22 @@ def check_programme(
     for value, list_options, written, naming in lists:
         if written.members == 0 and naming == 0:
             continue
+        where = f"audience {value!r} (list {list_options.list_id})"
+        if naming == 0 and list_options.removes and not list_options.allow_empty_source:
+            return ProgrammeTrip(where, _emptied(list_options, written.members))
         tripped = check_plan(list_options, naming, written.to_remove, written.members)
         if tripped is not None:
-            return ProgrammeTrip(f"audience {value!r} (list {list_options.list_id})", tripped)
+            return ProgrammeTrip(where, tripped)
     return None
+
+
+def _emptied(options: SyncOptions, members: int) -> Tripped:
+    """An audience no source row names while its list has members: the source has rows (the programme
+    passed), so the tier alone is empty, and both guards stand between it and an empty list."""
+    return Tripped(
+        "allow_empty_source",
+        f"no source row names this audience, and a {options.mode} run would remove all {members} recorded "
+        "members of its list",
+        "re-run with allow_empty_source=True, and with max_removals=None too where emptying the list "
+        "removes more than max_removals allows",
+    )

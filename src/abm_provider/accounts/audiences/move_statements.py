@@ -21,6 +21,7 @@ from abm_provider.accounts.audiences.statements import (
     by_place,
     outranked_join,
 )
+from abm_provider.accounts.sync.state import BLOCKED, DRY_RUN
 from abm_provider.accounts.sync.statements.binding import Sql, sql, text, text_value, values
 
 if TYPE_CHECKING:
@@ -56,6 +57,20 @@ def delete_moves(moves: str, run_id: str, list_ids: Sequence[str]) -> Sql:
         moves=text(moves),
         run_id=run_id,
         lists=lists,
+    )
+
+
+def delete_kept_moves(state: StateSql, moves: str, run_id: str, list_ids: Sequence[str]) -> Sql:
+    """Forget the moves of the programme's previews and stopped runs but this one, as the planner
+    forgets their plans: kept to be read until the next run plans, never counted as moves made."""
+    lists = values(list(list_ids))
+    return state.sql(
+        "DELETE FROM {moves} WHERE run_id <> {run_id} AND (from_list IN ({lists}) OR to_list IN ({lists})) "
+        "AND run_id IN (SELECT r.run_id FROM {runs} r WHERE r.list_id IN ({lists}) AND r.status IN ({kept}))",
+        moves=text(moves),
+        run_id=run_id,
+        lists=lists,
+        kept=values([BLOCKED, DRY_RUN]),
     )
 
 

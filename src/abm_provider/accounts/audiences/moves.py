@@ -39,6 +39,17 @@ class Moves:
     excluded_from: dict[str, int] = field(default_factory=dict)
     kept_off: dict[str, int] = field(default_factory=dict)
 
+    def in_order(self, list_ids: Sequence[str]) -> list[tuple[tuple[str, str], int]]:
+        """``((from, to), accounts)`` of each move, in the programme's priority order of their lists
+        (a list not of the programme last), so a summary and a log read the same way every run."""
+        place = {list_id: i for i, list_id in enumerate(list_ids)}
+
+        def order(item: tuple[tuple[str, str], int]) -> tuple[int, int, str, str]:
+            (source, target), _ = item
+            return place.get(source, len(place)), place.get(target, len(place)), source, target
+
+        return sorted(self.moved.items(), key=order)
+
     def moved_in(self, list_id: str) -> int:
         """Accounts the run moves onto ``list_id`` from another list of the programme."""
         return sum(n for (_, to), n in self.moved.items() if to == list_id)
@@ -82,6 +93,7 @@ class MovesLog:
         db, dialect, state = self.db, self.db.dialect, self.db.state_sql(self.tables)
         run_id, lists = self.run_id, self.list_ids
         db.execute(statements.delete_moves(self.table, run_id, lists))
+        db.execute(statements.delete_kept_moves(state, self.table, run_id, lists))
         if db.execute(statements.insert_removed(state, removed, run_id, lists)) != 0:
             # A run that removes nothing (a first run) moves nothing and excludes no member.
             db.execute(statements.insert_added(state, added, run_id, lists))

@@ -62,7 +62,7 @@ def programme_summary(
             "to_list": target,
             "accounts": count,
         }
-        for (source, target), count in sorted(moves.moved.items())
+        for (source, target), count in moves.in_order([options.list_id for _, options in tiers])
     ]
     totals = {key: sum(int(entry[key]) for entry in lists) for key in TOTALLED}
     totals["moved"] = totals.pop("moved_in")
