@@ -37,21 +37,6 @@ class ProcessLock(Protocol):
     def release(self) -> None: ...
 
 
-#: What Python's ``str.strip()`` takes off both ends of a text (``str.isspace()``), as the account
-#: validator strips an id and an org: the ASCII whitespace and separators, and Unicode's spaces.
-STRIPPED = (
-    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680"
-    + "".join(chr(c) for c in range(0x2000, 0x200B))
-    + "\u2028\u2029\u202f\u205f\u3000"
-)
-
-
-def stripped_class(escape: str) -> str:
-    """A regular expression's bracket of the :data:`STRIPPED` characters, each written as ``escape``
-    (``"\\x{{{:04x}}}"``) formats its code point: ASCII text, whatever the characters."""
-    return "[" + "".join(escape.format(ord(c)) for c in STRIPPED) + "]"
-
-
 def lock_number(key: str) -> int:
     """A signed 64-bit number for a lock's key (PostgreSQL's advisory locks), stable across processes."""
     return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big", signed=True)
@@ -243,9 +228,9 @@ class Dialect(ABC):
 
     def strip_sql(self, expression: str) -> str:
         """``expression`` (text) without the whitespace around it, as Python's ``str.strip()`` takes it
-        off (:data:`STRIPPED`): how the account validator reads an id or an org, so a key worked out in
-        SQL is the key the lists record. Here standard SQL's ``TRIM``, spaces only, where a dialect
-        knows no better."""
+        off (:mod:`~abm_provider.warehouse.dialects.stripping`): how the account validator reads an id
+        or an org, so a key worked out in SQL is the key the lists record. Here standard SQL's
+        ``TRIM``, spaces only, where a dialect knows no better."""
         return f"TRIM({expression})"
 
     def exact_sql(self, expression: str) -> str:

@@ -47,8 +47,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from abm_provider.common.arguments import check_whole
-from abm_provider.warehouse.dialects.base import Filled, NewTable, ProcessLock, Staged, stripped_class
+from abm_provider.warehouse.dialects.base import Filled, NewTable, ProcessLock, Staged
 from abm_provider.warehouse.dialects.capabilities import Capabilities
+from abm_provider.warehouse.dialects.stripping import stripped_class
 from abm_provider.warehouse.records import iter_records
 from abm_provider.warehouse.rules_sql import SqlValidated
 from abm_provider.warehouse.schema import (

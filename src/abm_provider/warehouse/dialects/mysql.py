@@ -39,10 +39,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from abm_provider.warehouse.dialects.base import Staged, stripped_class
+from abm_provider.warehouse.dialects.base import Staged
 from abm_provider.warehouse.dialects.capabilities import Capabilities
 from abm_provider.warehouse.dialects.generic import GenericDialect
 from abm_provider.warehouse.dialects.options import NoOptions
+from abm_provider.warehouse.dialects.stripping import stripped_class
 from abm_provider.warehouse.prescan import KeyOrder, prescan_file
 from abm_provider.warehouse.schema import STAGE_TABLE, Kind, TableName
 

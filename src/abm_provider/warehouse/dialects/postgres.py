@@ -44,10 +44,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO, TYPE_CHECKING, Any
 
 from abm_provider.common.progress import ByteProgress
-from abm_provider.warehouse.dialects.base import STRIPPED, Filled, NewTable, Staged, lock_number
+from abm_provider.warehouse.dialects.base import Filled, NewTable, Staged, lock_number
 from abm_provider.warehouse.dialects.capabilities import Capabilities
 from abm_provider.warehouse.dialects.options import NoOptions
 from abm_provider.warehouse.dialects.postgres_copy import Copied, IterFile, scan_stream
+from abm_provider.warehouse.dialects.stripping import STRIPPED
 from abm_provider.warehouse.prescan import KeyOrder, day_set, prescan_file
 from abm_provider.warehouse.records import iter_records
 from abm_provider.warehouse.rules_sql import SqlValidated

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from abm_provider.warehouse.dialects.base import STRIPPED
 from abm_provider.warehouse.dialects.duckdb import DuckDBDialect
 from abm_provider.warehouse.dialects.mysql import MySQLDialect
 from abm_provider.warehouse.dialects.postgres import PostgresDialect
+from abm_provider.warehouse.dialects.stripping import STRIPPED
 from support.warehouses import Warehouse, open_warehouse
 
 DIALECTS = {"duckdb": DuckDBDialect, "postgres": PostgresDialect, "mariadb": MySQLDialect}

@@ -1,0 +1,21 @@
+"""What Python's ``str.strip()`` takes off a text, for the dialects' SQL that must strip the same.
+
+The account validator strips an id and an org with ``str.strip()``; the audience sync works out the
+same keys in SQL (``Dialect.strip_sql``), each dialect from these characters.
+"""
+
+from __future__ import annotations
+
+#: What Python's ``str.strip()`` takes off both ends of a text (``str.isspace()``), as the account
+#: validator strips an id and an org: the ASCII whitespace and separators, and Unicode's spaces.
+STRIPPED = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680"
+    + "".join(chr(c) for c in range(0x2000, 0x200B))
+    + "\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+def stripped_class(escape: str) -> str:
+    """A regular expression's bracket of the :data:`STRIPPED` characters, each written as ``escape``
+    (``"\\x{{{:04x}}}"``) formats its code point: ASCII text, whatever the characters."""
+    return "[" + "".join(escape.format(ord(c)) for c in STRIPPED) + "]"
