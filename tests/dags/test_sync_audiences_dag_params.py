@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 from dagtest_support import Warehouse, load_dag, task_states, xcom
+from test_sync_audiences_dag import seed
 
 ROOT = Path(__file__).resolve().parents[2]
-ORG = "00D000000000001"
 DUCKDB_ONLY = pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
 
 
@@ -28,16 +28,6 @@ def demo_module() -> Any:
     finally:
         sys.modules.pop("audiences_demo", None)
     return module
-
-
-def valid_id(n: int) -> str:
-    return f"001{n:015d}"
-
-
-def seed(warehouse: Warehouse, tiers: dict[str, list[int]], customers: list[int]) -> None:
-    rows = [(valid_id(n), f"Account {n}", ORG, tier) for tier, numbers in tiers.items() for n in numbers]
-    warehouse.replace_table("abm_account_tiers", ["account_id", "account_name", "crm_org_id", "tier"], rows)
-    warehouse.replace_table("abm_customers", ["account_id"], [(valid_id(n),) for n in customers])
 
 
 def run(**conf: Any) -> Any:

@@ -49,14 +49,19 @@ def create_moves(dialect: Dialect, table: str) -> str:
     )
 
 
+def _on_programme(list_ids: Sequence[str]) -> Sql:
+    """A move row's condition: from or to one of the programme's lists (its table is shared)."""
+    lists = values(list(list_ids))
+    return sql("(from_list IN ({lists}) OR to_list IN ({lists}))", lists=lists)
+
+
 def delete_moves(moves: str, run_id: str, list_ids: Sequence[str]) -> Sql:
     """Forget what an earlier plan of this run said of the programme's lists (a dry or stopped run)."""
-    lists = values(list(list_ids))
     return sql(
-        "DELETE FROM {moves} WHERE run_id = {run_id} AND (from_list IN ({lists}) OR to_list IN ({lists}))",
+        "DELETE FROM {moves} WHERE run_id = {run_id} AND {on_programme}",
         moves=text(moves),
         run_id=run_id,
-        lists=lists,
+        on_programme=_on_programme(list_ids),
     )
 
 
@@ -65,11 +70,12 @@ def delete_kept_moves(state: StateSql, moves: str, run_id: str, list_ids: Sequen
     forgets their plans: kept to be read until the next run plans, never counted as moves made."""
     lists = values(list(list_ids))
     return state.sql(
-        "DELETE FROM {moves} WHERE run_id <> {run_id} AND (from_list IN ({lists}) OR to_list IN ({lists})) "
+        "DELETE FROM {moves} WHERE run_id <> {run_id} AND {on_programme} "
         "AND run_id IN (SELECT r.run_id FROM {runs} r WHERE r.list_id IN ({lists}) AND r.status IN ({kept}))",
         moves=text(moves),
         run_id=run_id,
         lists=lists,
+        on_programme=_on_programme(list_ids),
         kept=values([BLOCKED, DRY_RUN]),
     )
 
@@ -224,13 +230,12 @@ def insert_kept_off(
 
 def move_counts(moves: str, run_id: str, list_ids: Sequence[str]) -> Sql:
     """``(kind, from_list, to_list, accounts)`` of the run's moves on the programme's lists."""
-    lists = values(list(list_ids))
     return sql(
         "SELECT kind, from_list, to_list, COUNT(*) FROM {moves} WHERE run_id = {run_id} "
-        "AND (from_list IN ({lists}) OR to_list IN ({lists})) GROUP BY kind, from_list, to_list",
+        "AND {on_programme} GROUP BY kind, from_list, to_list",
         moves=text(moves),
         run_id=run_id,
-        lists=lists,
+        on_programme=_on_programme(list_ids),
     )
 
 
@@ -251,10 +256,9 @@ def move_sample(moves: str, run_id: str, from_list: str, to_list: str, count: in
 def forget_moves(moves: str, before: datetime, list_ids: Sequence[str]) -> Sql:
     """Drop the moves on the programme's lists logged before ``before`` (the run log's retention,
     which is each programme's own: another's moves stay)."""
-    lists = values(list(list_ids))
     return sql(
-        "DELETE FROM {moves} WHERE logged_at < {before} AND (from_list IN ({lists}) OR to_list IN ({lists}))",
+        "DELETE FROM {moves} WHERE logged_at < {before} AND {on_programme}",
         moves=text(moves),
         before=before,
-        lists=lists,
+        on_programme=_on_programme(list_ids),
     )
