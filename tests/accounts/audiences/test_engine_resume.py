@@ -88,6 +88,19 @@ def assert_never_on_two(abm: Any, lists: dict[str, str], start: dict[str, set[st
                 seen[m] = t
 
 
+def refusing(abm: Any, list_id: str, action: str, number: int) -> None:
+    """The service refuses, with a ``400`` for its content, every ``action`` on ``list_id`` that holds
+    account ``number``, from now on."""
+    abm.inject_fault(
+        kind="status",
+        status=400,
+        method="POST",
+        path=rf".*{list_id}/accounts/{action}",
+        body_contains=account_id(number),
+        count=None,
+    )
+
+
 def started(abm: Any, warehouse: Warehouse) -> tuple[dict[str, str], dict[str, set[str]]]:
     lists = make_lists()
     write_model(warehouse, FIRST, FIRST_CUSTOMERS)
@@ -239,28 +252,85 @@ def test_a_programme_s_retention_leaves_the_moves_of_a_programme_that_keeps_them
     assert after[0] == before[0], "the other programme's retention deleted this programme's moves"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open bug: the additions are sent whatever the removals' answers; an addition whose key is "
-    "still recorded on another list of the programme must be held back to the next run",
-)
-def test_a_move_whose_removal_is_refused_does_not_put_the_account_on_two_tiers(
+def test_a_move_whose_removal_is_refused_waits_on_the_old_tier_and_the_next_run_makes_it(
     abm: Any, warehouse: Warehouse
 ) -> None:
+    lists, start = started(abm, warehouse)  # in the second model 7 is promoted from tier 2 to tier 1
+    refusing(abm, lists["tier_2"], "remove", 7)
+    summary = sync(warehouse, lists, "run-2")
+
+    held = on_service(abm, lists)
+    assert account_id(7) in held["tier_2"], "the refusal kept 7 on tier 2"
+    assert account_id(7) not in held["tier_1"], "7 joined tier 1 while still on tier 2"
+    assert_one_tier_each(held, SECOND_CUSTOMERS)
+    assert_never_on_two(abm, lists, start)
+    added = [acc for action, _, accounts in accepted_posts(abm) if action == "add" for acc in accounts]
+    assert account_id(7) not in added, "7's addition was sent"
+    # The run says so: the refusal on tier 2, the move that waits, and no move made for 7.
+    entry = {e["audience"]: e for e in summary["lists"]}
+    assert (entry["tier_2"]["rejected"], entry["tier_1"]["waiting"], summary["totals"]["waiting"]) == (
+        1,
+        1,
+        1,
+    )
+    assert entry["tier_1"]["added"] == 0 and entry["tier_2"]["moved_out"] == 0
+    assert {(m["from"], m["to"]) for m in summary["moves"]} == {("tier_1", "tier_3")}
+    log = warehouse.query(
+        f"SELECT action, reason FROM {warehouse.name('abm_sync_log')} "
+        "WHERE run_id = %s AND list_id = %s AND account_id = %s AND outcome = 'waiting'",
+        ["run-2", lists["tier_1"], account_id(7)],
+    )
+    assert len(log) == 1 and log[0][0] == "add" and lists["tier_2"] in str(log[0][1])
+    members = warehouse.query(
+        f"SELECT list_id FROM {warehouse.name('abm_sync_members')} WHERE account_id = %s",
+        [account_id(7)],
+    )
+    assert members == [(lists["tier_2"],)], "the record must say where 7 is: on tier 2 only"
+
+    # The service takes the removal now: the next run makes the move.
+    abm.clear_faults()
+    third = sync(warehouse, lists, "run-3")
+    assert on_service(abm, lists) == expected(SECOND, SECOND_CUSTOMERS)
+    assert_never_on_two(abm, lists, start)
+    assert [(m["from"], m["to"], m["accounts"]) for m in third["moves"]] == [("tier_2", "tier_1", 1)]
+    assert third["totals"]["waiting"] == 0
+
+
+def test_a_batch_with_a_waiting_addition_and_a_refused_one_records_each_against_its_own_account(
+    abm: Any, warehouse: Warehouse
+) -> None:
+    """The waiting account is left out of the request; the service's refusal of another account of
+    the same batch is recorded against that account, not against its neighbour in the batch."""
     lists = make_lists()
     write_model(warehouse, FIRST, FIRST_CUSTOMERS)
     sync(warehouse, lists, "run-1")
-    write_model(warehouse, SECOND, SECOND_CUSTOMERS)  # 7 is promoted from tier 2 to tier 1
-    abm.inject_fault(
-        kind="status",
-        status=400,
-        method="POST",
-        path=rf".*{lists['tier_2']}/accounts/remove",
-        body_contains=account_id(7),
-        count=None,
-    )
+    # 6 and 7 are promoted from tier 2, and 40 is new on tier 1: one batch of three additions.
+    write_model(warehouse, {**FIRST, "tier_1": [1, 2, 3, 4, 5, 6, 7, 40]}, FIRST_CUSTOMERS)
+    refusing(abm, lists["tier_2"], "remove", 7)
+    refusing(abm, lists["tier_1"], "add", 40)
     summary = sync(warehouse, lists, "run-2")
-    assert summary["totals"]["rejected"] >= 1  # the refused removal is reported
     held = on_service(abm, lists)
-    assert account_id(7) in held["tier_2"]  # the refusal kept it on tier 2...
-    assert_one_tier_each(held, SECOND_CUSTOMERS)  # ...so it must not have joined tier 1 too
+    assert account_id(6) in held["tier_1"] and account_id(7) in held["tier_2"]
+    assert not {account_id(7), account_id(40)} & held["tier_1"]
+    tier_1 = next(e for e in summary["lists"] if e["audience"] == "tier_1")
+    assert (tier_1["added"], tier_1["rejected"], tier_1["waiting"]) == (1, 1, 1)
+    outcomes = warehouse.query(
+        f"SELECT account_id, outcome FROM {warehouse.name('abm_sync_log')} "
+        "WHERE run_id = %s AND list_id = %s AND action = 'add' ORDER BY account_id",
+        ["run-2", lists["tier_1"]],
+    )
+    assert outcomes == [(account_id(6), "added"), (account_id(7), "waiting"), (account_id(40), "invalid")]
+
+
+def test_a_retry_after_a_death_mid_additions_keeps_the_refused_move_waiting(
+    abm: Any, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lists, start = started(abm, warehouse)
+    refusing(abm, lists["tier_2"], "remove", 7)
+    with dying_at(monkeypatch, "add", lists["tier_3"]), pytest.raises(SystemExit):
+        sync(warehouse, lists, "run-2")  # tier 1's additions are sent (7 waits), then the worker dies
+    retried = sync(warehouse, lists, "run-2")
+    held = on_service(abm, lists)
+    assert account_id(7) in held["tier_2"] and account_id(7) not in held["tier_1"]
+    assert_never_on_two(abm, lists, start)
+    assert retried["totals"]["waiting"] == 1

@@ -136,6 +136,18 @@ def _every_statement(dialect: Dialect) -> dict[str, tuple[Sql, tuple[Any, ...]]]
             move_statements.move_sample(moves, RUN_ID, LIST_ID, OTHER_LIST, 5),
             (RUN_ID, LIST_ID, OTHER_LIST),
         ),
+        "mark_waiting": (
+            move_statements.mark_waiting(state, moves, RUN_ID, LIST_ID),
+            (move_statements.WAITING, RUN_ID, move_statements.MOVED, LIST_ID),
+        ),
+        "count_waiting": (
+            move_statements.count_waiting(moves, RUN_ID, LIST_ID),
+            (RUN_ID, move_statements.WAITING, LIST_ID),
+        ),
+        "waiting_rows": (
+            move_statements.waiting_rows(state, moves, RUN_ID, LIST_ID, 3, 9),
+            (LIST_ID, RUN_ID, "add", 3, 9, move_statements.WAITING),
+        ),
         "forget_moves": (
             move_statements.forget_moves(moves, AT, LISTS),
             (AT, LIST_ID, OTHER_LIST, LIST_ID, OTHER_LIST),

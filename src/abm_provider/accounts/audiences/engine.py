@@ -13,7 +13,9 @@ A run of a programme (its lists in priority order, an audience each) goes:
    each list's (an emptied tier stops the run); a tripped guard stops every list with nothing sent.
 5. **Send** every list's removals, then every list's additions. An account that moves between tiers
    leaves its old list before it joins its new one, so it is never on two lists of the programme, even
-   when the run dies in between: the rerun resumes the plan and adds it.
+   when the run dies in between: the rerun resumes the plan and adds it. A move whose removal the
+   service refused waits: its addition is held back (logged ``waiting``), and the next run plans the
+   move again.
 
 The summary has an entry per list, the moves between them, and the programme's totals.
 """
@@ -37,6 +39,7 @@ from abm_provider.accounts.sync.recording import Recorder
 from abm_provider.accounts.sync.sending import (
     PlannedRun,
     Sender,
+    Waiting,
     refuse_preview_over_unfinished,
     unfinished_runs,
 )
@@ -272,11 +275,45 @@ class AudienceSync:
     # ---- sending ----------------------------------------------------------------------------------
 
     def _send(self, runs: Sequence[tuple[_Tier, PlannedRun]]) -> None:
-        """Send the runs' removals on every list, then their additions, each list in priority order."""
+        """Send the runs' removals on every list, then their additions, each list in priority order,
+        less the additions whose move waits."""
         for tier, run in runs:
             tier.sender.send_removals(run)
         for tier, run in runs:
-            tier.sender.send_additions(run)
+            tier.sender.send_additions(run, self._waiting(tier, run))
+
+    def _waiting(self, tier: _Tier, run: PlannedRun) -> Waiting | None:
+        """The additions of ``run`` onto the tier's list that wait, or ``None`` when none do.
+
+        An account whose removal from the list it leaves the service refused (a ``400`` for that
+        account) is still on that list by the record: added now, it would be on two lists of the
+        programme. Its addition is held back and logged; the next run plans the move again.
+        """
+        if run.add_done >= run.to_add:
+            return None
+        list_id = tier.audience.list_id
+        count = self.moves.mark_waiting(run.run_id, list_id)
+        if not count:
+            return None
+        self.log.warning(
+            "Audience %r (list %s): %d accounts moving onto it wait: the service refused their removal "
+            "from the list they leave, so they stay there and are not added (logged 'waiting'); the next "
+            "run moves them again",
+            tier.audience.value,
+            list_id,
+            count,
+        )
+        value_of = {t.audience.list_id: t.audience.value for t in self.tiers}
+
+        def waiting(run_id: str, first: int, last: int) -> dict[int, str]:
+            rows = self.moves.waiting_rows(run_id, list_id, first, last)
+            return {
+                seq: f"still on list {source} ({value_of.get(source, source)!r}), whose removal the service "
+                "refused: not added, so that it is on one list of the programme; the next run moves it again"
+                for seq, source in rows.items()
+            }
+
+        return waiting
 
     # ---- the result -------------------------------------------------------------------------------
 

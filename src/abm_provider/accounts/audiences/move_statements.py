@@ -23,6 +23,7 @@ from abm_provider.accounts.audiences.statements import (
 )
 from abm_provider.accounts.sync.state import BLOCKED, DRY_RUN
 from abm_provider.accounts.sync.statements.binding import Sql, sql, text, text_value, values
+from abm_provider.accounts.sync.statements.runs import plan_range
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -31,8 +32,9 @@ if TYPE_CHECKING:
     from abm_provider.warehouse.dialects import Dialect
 
 #: What the moves table says happened to an account: it left one list of the programme for another,
-#: it was removed from a list because it is excluded, or it was kept off the list its rows name.
-MOVED, EXCLUDED_FROM, KEPT_OFF = "moved", "excluded", "kept_off"
+#: it was removed from a list because it is excluded, or it was kept off the list its rows name; or its
+#: move waits, the service having refused its removal from the list it was to leave.
+MOVED, EXCLUDED_FROM, KEPT_OFF, WAITING = "moved", "excluded", "kept_off", "waiting"
 #: The moves table's columns, in the order its rows are written.
 _MOVE_COLUMNS = text("run_id, kind, account_id, crm_org_id, from_list, to_list, logged_at")
 
@@ -225,6 +227,49 @@ def insert_kept_off(
         outranked=outranked,
         where=f"t.{EXCLUDED} = 1 AND NOT EXISTS (SELECT 1 FROM {removed} r "
         f"WHERE r.account_id = t.{ACCOUNT} AND r.crm_org_id = t.{ORG})",
+    )
+
+
+def mark_waiting(state: StateSql, moves: str, run_id: str, to_list: str) -> Sql:
+    """Mark the run's moves onto ``to_list`` that must wait: the account is still recorded on the list
+    it was to leave (the service refused its removal), and its addition is not sent yet (its plan row
+    is still there). Its addition is then held back (:func:`waiting_rows`), so the account is never on
+    both lists; the next run plans the move again."""
+    return state.sql(
+        "UPDATE {moves} AS w SET kind = {waiting} WHERE w.run_id = {run_id} AND w.kind = {moved} "
+        "AND w.to_list = {to_list} AND EXISTS (SELECT 1 FROM {members} m WHERE m.list_id = w.from_list "
+        "AND m.account_id = w.account_id AND m.crm_org_id = w.crm_org_id) "
+        "AND EXISTS (SELECT 1 FROM {plan} p WHERE p.list_id = {to_list} AND p.run_id = {run_id} "
+        "AND p.action = 'add' AND p.account_id = w.account_id AND p.crm_org_id = w.crm_org_id)",
+        moves=text(moves),
+        waiting=WAITING,
+        run_id=run_id,
+        moved=MOVED,
+        to_list=to_list,
+    )
+
+
+def count_waiting(moves: str, run_id: str, to_list: str) -> Sql:
+    """How many of the run's moves onto ``to_list`` wait."""
+    return sql(
+        "SELECT COUNT(*) FROM {moves} WHERE run_id = {run_id} AND kind = {waiting} AND to_list = {to_list}",
+        moves=text(moves),
+        run_id=run_id,
+        waiting=WAITING,
+        to_list=to_list,
+    )
+
+
+def waiting_rows(state: StateSql, moves: str, run_id: str, to_list: str, first: int, last: int) -> Sql:
+    """``(seq, from_list)`` of the run's plan additions ``first`` to ``last`` on ``to_list`` whose move
+    waits, with the list the account is still on."""
+    return state.sql(
+        "SELECT p.seq, w.from_list FROM {plan} p JOIN {moves} w ON w.run_id = p.run_id "
+        "AND w.to_list = p.list_id AND w.account_id = p.account_id AND w.crm_org_id = p.crm_org_id "
+        "WHERE {rows} AND w.kind = {waiting}",
+        moves=text(moves),
+        rows=plan_range(to_list, run_id, "add", first, last, row="p."),
+        waiting=WAITING,
     )
 
 

@@ -9,12 +9,12 @@ run log (``<prefix>log``) still holds each list's added and removed accounts wit
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from abm_provider.accounts.audiences import move_statements as statements
-from abm_provider.accounts.audiences.move_statements import EXCLUDED_FROM, KEPT_OFF, MOVED
+from abm_provider.accounts.audiences.move_statements import EXCLUDED_FROM, KEPT_OFF, MOVED, WAITING
 from abm_provider.warehouse.schema import TableName
 
 if TYPE_CHECKING:
@@ -32,10 +32,12 @@ def moves_table(tables: StateTables) -> TableName:
 
 @dataclass
 class Moves:
-    """A run's moves on the programme's lists, counted: ``moved[(from, to)]``, and per list those
-    removed as excluded and those kept off it."""
+    """A run's moves on the programme's lists, counted: ``moved[(from, to)]``, those that wait
+    ``waiting[(from, to)]`` (not made: the account is still on ``from``), and per list those removed
+    as excluded and those kept off it."""
 
     moved: dict[tuple[str, str], int] = field(default_factory=dict)
+    waiting: dict[tuple[str, str], int] = field(default_factory=dict)
     excluded_from: dict[str, int] = field(default_factory=dict)
     kept_off: dict[str, int] = field(default_factory=dict)
 
@@ -57,6 +59,10 @@ class Moves:
     def moved_out(self, list_id: str) -> int:
         """Accounts the run moves off ``list_id`` to another list of the programme."""
         return sum(n for (source, _), n in self.moved.items() if source == list_id)
+
+    def waiting_for(self, list_id: str) -> int:
+        """Accounts whose move onto ``list_id`` waits: the service refused their removal elsewhere."""
+        return sum(n for (_, to), n in self.waiting.items() if to == list_id)
 
     def excluded(self, list_id: str) -> int:
         """Accounts of ``list_id`` the run removes, or keeps off it, because they are excluded."""
@@ -115,11 +121,30 @@ class MovesLog:
         ):
             if kind == MOVED:
                 moves.moved[(str(source), str(target))] = int(count)
+            elif kind == WAITING:
+                moves.waiting[(str(source), str(target))] = int(count)
             elif kind == EXCLUDED_FROM:
                 moves.excluded_from[str(source)] = int(count)
             elif kind == KEPT_OFF:
                 moves.kept_off[str(target)] = int(count)
         return moves
+
+    def mark_waiting(self, run_id: str, to_list: str) -> int:
+        """Mark ``run_id``'s moves onto ``to_list`` whose account the service refused to remove from the
+        list it was to leave (and whose addition is not sent yet) as waiting; how many of the run's
+        moves onto ``to_list`` wait, these and any marked by an earlier try."""
+        with self.db.transaction():
+            self.db.execute(
+                statements.mark_waiting(self.db.state_sql(self.tables), self.table, run_id, to_list)
+            )
+        return int(self.db.value(statements.count_waiting(self.table, run_id, to_list)) or 0)
+
+    def waiting_rows(self, run_id: str, to_list: str, first: int, last: int) -> Mapping[int, str]:
+        """The plan numbers of ``run_id``'s additions ``first`` to ``last`` on ``to_list`` that wait, each
+        with the list its account is still on."""
+        state = self.db.state_sql(self.tables)
+        rows = self.db.rows(statements.waiting_rows(state, self.table, run_id, to_list, first, last))
+        return {int(seq): str(source) for seq, source in rows}
 
     def sample(self, source: str, target: str, count: int) -> list[str]:
         """Up to ``count`` accounts moved from ``source`` to ``target``, as ``id[@org]``."""

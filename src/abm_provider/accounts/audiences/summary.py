@@ -25,6 +25,7 @@ TOTALLED: tuple[str, ...] = (
     "source_rows",
     "state_count",
     "moved_in",
+    "waiting",
     "excluded",
 )
 
@@ -50,6 +51,7 @@ def programme_summary(
             audience=value,
             moved_in=moves.moved_in(list_id),
             moved_out=moves.moved_out(list_id),
+            waiting=moves.waiting_for(list_id),
             excluded=moves.excluded(list_id),
         )
         lists.append(entry)

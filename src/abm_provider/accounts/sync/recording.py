@@ -12,13 +12,13 @@ which the service answers as duplicates (a removal, as not on the list).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from abm_provider.accounts.sync.state import NOT_FOUND_ACTION, REFUSED_ACTION, utc_now
+from abm_provider.accounts.sync.state import NOT_FOUND_ACTION, REFUSED_ACTION, WAITING_OUTCOME, utc_now
 from abm_provider.accounts.sync.statements import recording as statements
 from abm_provider.accounts.sync.statements.recording import other_than
 from abm_provider.accounts.sync.statements.runs import count_rows
@@ -74,12 +74,14 @@ def _sent_outcome(result_applied: int, result_duplicates: int) -> tuple[str, str
 
 @dataclass(frozen=True)
 class Answered:
-    """One sent batch: plan rows ``start`` to ``end`` of an action, the rows, and the service's answer."""
+    """One sent batch: plan rows ``start`` to ``end`` of an action, the rows, the service's answer, and
+    the rows held back from the request to wait (by plan number, with why)."""
 
     start: int
     end: int
     rows: list[PlanRow]
     sent: SplitResult
+    waiting: Mapping[int, str] = field(default_factory=dict)
 
     @property
     def refused(self) -> dict[int, str]:
@@ -97,7 +99,9 @@ class Answered:
         if not not_found:
             return set()
         refused = dict(self.sent.refused)
-        accepted = [i for i in range(len(self.rows)) if i not in refused]
+        accepted = [
+            i for i in range(len(self.rows)) if i not in refused and self.start + i not in self.waiting
+        ]
         echoed = _positions_by_id([self.rows[i] for i in accepted], not_found)
         return {self.start + accepted[i] for i in echoed}
 
@@ -152,7 +156,8 @@ class Recorder:
         An account not found, or refused with ``400``, becomes a reject of this run, so it is neither a
         member nor sent again (an account not found is, once ``retry_not_found_after`` has passed).
         When ``replaces_not_found``, a not-found reject of an earlier run for the same values is
-        replaced: the account was just sent again.
+        replaced: the account was just sent again. A row that waits was not sent: it is logged
+        ``waiting`` with why, and is neither a member nor a reject, so a later run plans it again.
         """
         state = self.state
         now = utc_now()
@@ -179,6 +184,11 @@ class Recorder:
                     ]
                 )
                 log.append((self.list_id, run_id, "add", "not_found", account_id, org, None, None, now))
+        for batch in answered:
+            for seq, reason in sorted(batch.waiting.items()):
+                exceptions.add(seq)
+                account_id, org, *_rest = batch.rows[seq - batch.start]
+                log.append((self.list_id, run_id, "add", WAITING_OUTCOME, account_id, org, reason, None, now))
         # A plan holds each key once, and it left out the members when it was made under the list's
         # lock, which this run still holds (earlier unfinished runs are completed before a run plans):
         # so only a full resync, which plans members too, can meet one here, or an earlier run this

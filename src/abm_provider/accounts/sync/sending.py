@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +33,17 @@ if TYPE_CHECKING:
 #: A kill loses at most this many answered accounts from the record; they are sent again as duplicates.
 RECORD_ACCOUNTS = 16_000
 
-#: Plan rows ``start`` to ``end`` of one action, and the rows themselves.
-Batch = tuple[int, int, list[tuple[Any, ...]]]
+#: Plan rows ``start`` to ``end`` of one action, the rows themselves, and those of them to wait (by plan
+#: number, with why): held back from the request, see :data:`Waiting`.
+Batch = tuple[int, int, list[tuple[Any, ...]], Mapping[int, str]]
+
+#: Which additions of a run's plan rows ``first`` to ``last`` must wait, given ``(run_id, first,
+#: last)``: their plan numbers, each with the reason logged. An audience sync holds back the addition
+#: of an account whose removal from another of its lists the service refused, so that the account is
+#: never on both; a later run plans the move again.
+Waiting = Callable[[str, int, int], Mapping[int, str]]
+
+_NONE_WAITING: Mapping[int, str] = {}
 
 
 @dataclass(frozen=True)
@@ -97,15 +106,15 @@ class Sender:
         finally:
             hooks.close()
 
-    def send_additions(self, run: PlannedRun) -> None:
+    def send_additions(self, run: PlannedRun, waiting: Waiting | None = None) -> None:
         """Send what is left of ``run``'s additions, once its removals are all recorded; then mark the
-        run done."""
+        run done. The additions ``waiting`` names are not sent, but logged and passed as done."""
         self.recorder.drop_recorded_before(run.run_id, "add", run.add_done)
         if run.add_done < run.to_add:
             hooks = PerThread(self.new_hook)
             try:
                 replaces = self.recorder.has_old_not_found(run.run_id)
-                self._send_action(run, "add", run.to_add, run.add_done, hooks.get, replaces)
+                self._send_action(run, "add", run.to_add, run.add_done, hooks.get, replaces, waiting)
             finally:
                 hooks.close()
         self.recorder.record_done(run.run_id)
@@ -115,8 +124,11 @@ class Sender:
         """Batches recorded per transaction: :data:`RECORD_ACCOUNTS` accounts' worth, at least one."""
         return max(1, RECORD_ACCOUNTS // self.options.batch_size)
 
-    def _batches(self, run: PlannedRun, action: str, total: int, done: int) -> Iterator[Batch]:
-        """The plan rows after ``done``, ``batch_size`` at a time, read a group of batches per query.
+    def _batches(
+        self, run: PlannedRun, action: str, total: int, done: int, waiting: Waiting | None = None
+    ) -> Iterator[Batch]:
+        """The plan rows after ``done``, ``batch_size`` at a time, read a group of batches per query,
+        each batch with those of its rows that must wait.
 
         Read when the sender is ready for them, so no more than a group's rows are held at once.
         """
@@ -130,9 +142,11 @@ class Sender:
             )
             if len(rows) != last - first + 1:
                 raise self._missing(run, action, first, last, len(rows))
+            held = waiting(run.run_id, first, last) if waiting is not None else _NONE_WAITING
             for start in range(first, last + 1, size):
                 end = min(start + size - 1, last)
-                yield start, end, rows[start - first : end - first + 1]
+                waits = {seq: why for seq, why in held.items() if start <= seq <= end} if held else held
+                yield start, end, rows[start - first : end - first + 1], waits
 
     def _missing(self, run: PlannedRun, action: str, first: int, last: int, read: int) -> PlanRowsMissing:
         """The error for a read of plan rows ``first`` to ``last`` that gave back ``read`` rows.
@@ -157,6 +171,7 @@ class Sender:
         done: int,
         hook: Callable[[], AbmHook],
         replaces_not_found: bool = False,
+        waiting: Waiting | None = None,
     ) -> None:
         """Send one action's batches after ``done``, up to ``max_in_flight`` at once, recorded in order.
 
@@ -169,14 +184,20 @@ class Sender:
         options = self.options
 
         def send(batch: Batch) -> SplitResult:
-            accounts = [_payload(row, action) for row in batch[2]]
+            start, _, rows, waits = batch
+            sent = [i for i in range(len(rows)) if start + i not in waits] if waits else range(len(rows))
+            if not sent:
+                return SplitResult()  # every account of the batch waits: no request
             client = hook()
-            return send_splitting(
+            result = send_splitting(
                 lambda part: client.change_membership(
                     action, options.list_id, part, batch_size=options.batch_size, keep_not_found=True
                 ),
-                accounts,
+                [_payload(rows[i], action) for i in sent],
             )
+            if waits:  # the refused accounts' positions, from the request's to the batch's
+                result.refused = [(sent[position], reason) for position, reason in result.refused]
+            return result
 
         started = last = time.monotonic()
         sent = recorded = 0
@@ -184,7 +205,7 @@ class Sender:
         # while a group is recorded; no more requests than max_in_flight are open at once.
         answers = in_order(
             send,
-            self._batches(run, action, total, done),
+            self._batches(run, action, total, done, waiting),
             options.max_in_flight,
             f"abm-sync-{action}",
             queued=self._group,
@@ -194,7 +215,7 @@ class Sender:
                 self.recorder.record_added(run.run_id, group, replaces_not_found=replaces_not_found)
             else:
                 self.recorder.record_removed(run.run_id, group)
-            sent += sum(len(batch.rows) for batch in group)
+            sent += sum(len(batch.rows) - len(batch.waiting) for batch in group)
             before, recorded = recorded, recorded + len(group)
             if action == "add" and before and recorded.bit_length() > before.bit_length():
                 # Statistics taken while the list was small would have the planner hash all of the
@@ -223,8 +244,8 @@ def _groups(answers: Iterator[tuple[Batch, SplitResult]], size: int) -> Iterator
     """
     group: list[Answered] = []
     try:
-        for (start, end, rows), result in answers:
-            group.append(Answered(start, end, rows, result))
+        for (start, end, rows, waits), result in answers:
+            group.append(Answered(start, end, rows, result, waits))
             if len(group) >= size:
                 yield group
                 group = []

@@ -50,8 +50,11 @@ DRY_RUN = "dry_run"
 BLOCKED = "blocked"
 #: What the run log says happened to an account: sent and answered (``added``, ``removed``,
 #: ``duplicate`` when the list already was as asked, ``not_found``), refused (``invalid``, by our
-#: checks or by the service's ``400``), or skipped as refused before with the same values (``held``).
-OUTCOMES: tuple[str, ...] = ("added", "removed", "duplicate", "not_found", "invalid", "held")
+#: checks or by the service's ``400``), skipped as refused before with the same values (``held``), or
+#: held back to wait for a later run (``waiting``: an audience sync's addition of an account the
+#: service refused to remove from another of the programme's lists).
+WAITING_OUTCOME = "waiting"
+OUTCOMES: tuple[str, ...] = ("added", "removed", "duplicate", "not_found", "invalid", "held", WAITING_OUTCOME)
 #: The run log's columns, in the order its rows are written.
 LOG_COLUMNS: tuple[str, ...] = (
     "list_id",
