@@ -136,6 +136,10 @@ def _every_statement(dialect: Dialect) -> dict[str, tuple[Sql, tuple[Any, ...]]]
             move_statements.move_sample(moves, RUN_ID, LIST_ID, OTHER_LIST, 5),
             (RUN_ID, LIST_ID, OTHER_LIST),
         ),
+        "refused_in_run": (
+            move_statements.refused_in_run(state, RUN_ID, LISTS),
+            (RUN_ID, LIST_ID, OTHER_LIST),
+        ),
         "mark_waiting": (
             move_statements.mark_waiting(state, moves, RUN_ID, LIST_ID),
             (move_statements.WAITING, RUN_ID, move_statements.MOVED, LIST_ID),

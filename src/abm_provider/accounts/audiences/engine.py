@@ -289,7 +289,7 @@ class AudienceSync:
         account) is still on that list by the record: added now, it would be on two lists of the
         programme. Its addition is held back and logged; the next run plans the move again.
         """
-        if run.add_done >= run.to_add:
+        if run.add_done >= run.to_add or not self.moves.any_refused(run.run_id):
             return None
         list_id = tier.audience.list_id
         count = self.moves.mark_waiting(run.run_id, list_id)

@@ -230,6 +230,16 @@ def insert_kept_off(
     )
 
 
+def refused_in_run(state: StateSql, run_id: str, list_ids: Sequence[str]) -> Sql:
+    """How many accounts the run's rows on the programme's lists count as refused (by our checks or by
+    the service): none, and no removal of the run was refused, so no move waits."""
+    return state.sql(
+        "SELECT COALESCE(SUM(rejected), 0) FROM {runs} WHERE run_id = {run_id} AND list_id IN ({lists})",
+        run_id=run_id,
+        lists=values(list(list_ids)),
+    )
+
+
 def mark_waiting(state: StateSql, moves: str, run_id: str, to_list: str) -> Sql:
     """Mark the run's moves onto ``to_list`` that must wait: the account is still recorded on the list
     it was to leave (the service refused its removal), and its addition is not sent yet (its plan row

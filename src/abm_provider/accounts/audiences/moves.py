@@ -129,6 +129,12 @@ class MovesLog:
                 moves.kept_off[str(target)] = int(count)
         return moves
 
+    def any_refused(self, run_id: str) -> bool:
+        """Whether ``run_id`` counts a refused account on any of the programme's lists: if not, none of
+        its removals was refused, and no move of it waits (one row each, read before any is marked)."""
+        state = self.db.state_sql(self.tables)
+        return bool(self.db.value(statements.refused_in_run(state, run_id, self.list_ids)))
+
     def mark_waiting(self, run_id: str, to_list: str) -> int:
         """Mark ``run_id``'s moves onto ``to_list`` whose account the service refused to remove from the
         list it was to leave (and whose addition is not sent yet) as waiting; how many of the run's
