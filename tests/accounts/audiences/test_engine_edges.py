@@ -209,3 +209,36 @@ def test_an_excluded_id_with_a_trailing_tab_in_the_source_is_kept_off(abm: Any, 
     sync(warehouse, lists, "run-1", max_rejected=None)
     held = on_service(abm, lists)
     assert account_id(1) not in held["tier_1"], "an excluded account was added"
+
+
+@pytest.mark.parametrize(
+    ("spelled", "tier", "name"),
+    [
+        pytest.param(account_id(1) + "\t", "tier_2", "Account 1", id="tab-lower-tier"),
+        pytest.param("\u00a0" + account_id(1), "tier_1", "Account 1", id="nbsp-same-tier"),
+        pytest.param(account_id(1) + "\n", "tier_2", "Renamed 1", id="newline-and-renamed"),
+    ],
+)
+def test_a_second_run_tiers_every_row_of_an_account_one_of_whose_rows_spells_it_with_whitespace(
+    abm: Any, warehouse: Warehouse, spelled: str, tier: str, name: str
+) -> None:
+    """A programme in step compares the source with its members on the ids as written: a row whose id
+    has whitespace around it pairs with no member, so its account is tiered again, with every row of
+    it, however each spells the id. Account 1 stays on tier 1, where its other row (in step) puts it."""
+    lists = make_lists("Spelled")
+    write_model(warehouse, {"tier_1": [1], "tier_2": [2]}, [])
+    sync(warehouse, lists, "run-1")
+    rows = [
+        (account_id(1), name, ORG, "tier_1"),
+        (spelled, name, ORG, tier),
+        (account_id(2), "Account 2", ORG, "tier_2"),
+    ]
+    warehouse.replace_table("model", MODEL_COLUMNS, rows)
+    clear_requests(abm)
+    summary = sync(warehouse, lists, "run-2", max_rejected=None)
+    assert on_service(abm, lists) == {"tier_1": ids([1]), "tier_2": ids([2]), "tier_3": set()}
+    assert membership_posts(abm) == [], "an account in step was moved"
+    assert summary["moves"] == []
+    # Each of account 1's rows was tiered once: its two rows name it, none twice.
+    tier_1 = next(e for e in summary["lists"] if e["audience"] == "tier_1")
+    assert (tier_1["source_rows"], tier_1["duplicates"]) == (2 if tier == "tier_1" else 1, 0)

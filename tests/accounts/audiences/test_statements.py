@@ -98,6 +98,8 @@ def _every_statement(dialect: Dialect) -> dict[str, tuple[Sql, tuple[Any, ...]]]
             statements.tiered(dialect, numbered, excluded, keys, changed),
             (*TIERS, ORG),
         ),
+        "insert_changed_keys": (statements.insert_changed_keys(changed), ()),
+        "changed_accounts": (statements.changed_accounts(changed), ()),
         "changed_members": (statements.changed_members(state, changed, LISTS), (LIST_ID, OTHER_LIST)),
         "changed_member_counts": (statements.changed_member_counts(changed), ()),
         "insert_outranked": (statements.insert_outranked(tiered_table, outranked), ()),

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 LIST, ACCOUNT, ORG, EXCLUDED = "abm_list", "abm_account", "abm_org", "abm_excluded"
 #: The outranked table's column: the best place of an account whose rows name several.
 BEST = "abm_best"
+#: The changed table's columns besides the account's key: the key as a source row of the account spells
+#: it (:meth:`RowKeys.account` ``as_written``), which the source's rows are joined on.
+ROW_ACCOUNT, ROW_ORG = "abm_row_account", "abm_row_org"
 #: Names a source column may not have: the tiered table's own.
 RESERVED = (RECORD, LIST, ACCOUNT, ORG, EXCLUDED)
 
@@ -86,19 +89,26 @@ class RowKeys:
         audience = dialect.cast_sql(f"{row}.{dialect.quote(self.audience)}", "TEXT")
         return sql("CASE {audience} {whens} END", audience=text(audience), whens=whens)
 
-    def account(self, dialect: Dialect, row: str) -> Sql:
-        """The id of source row ``row`` as the lists record it (``''`` for none)."""
-        return text(f"COALESCE({trimmed(dialect, f'{row}.{dialect.quote(self.id_column)}')}, '')")
+    def account(self, dialect: Dialect, row: str, *, as_written: bool = False) -> Sql:
+        """The id of source row ``row`` as the lists record it (``''`` for none); ``as_written``, as
+        text without the whitespace around it stripped (the same for an id that has none)."""
+        return text(f"COALESCE({self._text(dialect, row, self.id_column, as_written)}, '')")
 
-    def org(self, dialect: Dialect, row: str) -> Sql:
-        """The org of source row ``row`` as the lists record it."""
+    def org(self, dialect: Dialect, row: str, *, as_written: bool = False) -> Sql:
+        """The org of source row ``row`` as the lists record it; ``as_written``, as :meth:`account`."""
         if self.org_column is not None:
-            found = text(f"NULLIF({trimmed(dialect, f'{row}.{dialect.quote(self.org_column)}')}, '')")
+            found = text(f"NULLIF({self._text(dialect, row, self.org_column, as_written)}, '')")
             default = text_value(dialect, self.default_org)
             return sql("COALESCE({found}, {default}, '')", found=found, default=default)
         if self.default_org is not None:
             return text_value(dialect, self.default_org)
         return text("''")
+
+    @staticmethod
+    def _text(dialect: Dialect, row: str, column: str, as_written: bool) -> str:
+        """A key column of source row ``row`` as text, stripped unless ``as_written``."""
+        name = f"{row}.{dialect.quote(column)}"
+        return dialect.cast_sql(name, "TEXT") if as_written else trimmed(dialect, name)
 
 
 def tiered(dialect: Dialect, numbered: Sql, excluded: str, keys: RowKeys, changed: str | None = None) -> Sql:
@@ -107,19 +117,21 @@ def tiered(dialect: Dialect, numbered: Sql, excluded: str, keys: RowKeys, change
 
     The excluded ids and the changed keys are looked up with ``IN`` and a join rather than a correlated
     ``EXISTS`` on the row's key: DuckDB evaluates an ``EXISTS`` on a key worked out from the row's
-    columns row by row, where it hashes an ``IN`` or a join once.
+    columns row by row, where it hashes an ``IN`` or a join once. The changed keys are joined as the
+    rows spell them (:data:`ROW_ACCOUNT`), so the key is stripped only in the rows joined, not in
+    every row of the source.
     """
     account, org = keys.account(dialect, "n"), keys.org(dialect, "n")
     rows = numbered
     if changed is not None:
         rows = sql(
-            "{numbered} n JOIN {changed} c ON c.{account_name} = {account} AND c.{org_name} = {org}",
+            "{numbered} n JOIN {changed} c ON c.{row_account} = {account} AND c.{row_org} = {org}",
             numbered=numbered,
             changed=text(changed),
-            account_name=text(ACCOUNT),
-            account=account,
-            org_name=text(ORG),
-            org=org,
+            row_account=text(ROW_ACCOUNT),
+            account=keys.account(dialect, "n", as_written=True),
+            row_org=text(ROW_ORG),
+            org=keys.org(dialect, "n", as_written=True),
         )
     else:
         rows += text(" n")
@@ -140,9 +152,13 @@ def tiered(dialect: Dialect, numbered: Sql, excluded: str, keys: RowKeys, change
 
 
 def changed_columns(dialect: Dialect) -> str:
-    """The columns of the changed table: the key of an account whose rows or memberships changed."""
+    """The columns of the changed table: the key of an account whose rows or memberships changed, and
+    each way its rows spell it (the key itself for most)."""
     key = dialect.text_sql(255)
-    return f"{ACCOUNT} {key}, {ORG} {key}{dialect.key_index_sql([ACCOUNT, ORG])}"
+    return (
+        f"{ACCOUNT} {key}, {ORG} {key}, {ROW_ACCOUNT} {key}, {ROW_ORG} {key}"
+        f"{dialect.key_index_sql([ACCOUNT, ORG])}"
+    )
 
 
 def insert_changed(
@@ -164,14 +180,18 @@ def insert_changed(
     its one list, every row of it naming that list. The rows join on their values as they are, so the
     join hashes the source's own columns; a row whose id or org the lists record otherwise (spaces
     around it) pairs with no member, and its account is tiered again, as an excluded account with rows
-    is.
+    is. Each changed account is written with the key its unpaired rows spell (:data:`ROW_ACCOUNT`),
+    the key itself for the others; :func:`insert_changed_keys` adds the key for a row spelled without
+    the whitespace.
     """
     dialect = state.dialect
     account_id, org = staged[0], staged[1]
     return state.sql(
-        "INSERT INTO {changed} ({account_name}, {org_name}) SELECT DISTINCT "
+        "INSERT INTO {changed} ({account_name}, {org_name}, {row_account}, {row_org}) SELECT DISTINCT "
         "CASE WHEN m.account_id IS NULL THEN {account} ELSE m.account_id END, "
-        "CASE WHEN m.account_id IS NULL THEN {org} ELSE m.crm_org_id END "
+        "CASE WHEN m.account_id IS NULL THEN {org} ELSE m.crm_org_id END, "
+        "CASE WHEN m.account_id IS NULL THEN {account_as_written} ELSE m.account_id END, "
+        "CASE WHEN m.account_id IS NULL THEN {org_as_written} ELSE m.crm_org_id END "
         "FROM (SELECT n.*, {place} AS {list} FROM {rows} n) t FULL OUTER JOIN (SELECT m.account_id, "
         "m.crm_org_id, m.crm_type, m.account_name, {member_place} AS abm_place, CASE WHEN m.account_id IN "
         "(SELECT x.account_id FROM {excluded} x) THEN 1 ELSE 0 END AS {excluded_name} FROM {members} m "
@@ -180,8 +200,12 @@ def insert_changed(
         changed=text(changed),
         account_name=text(ACCOUNT),
         org_name=text(ORG),
+        row_account=text(ROW_ACCOUNT),
+        row_org=text(ROW_ORG),
         account=keys.account(dialect, "t"),
         org=keys.org(dialect, "t"),
+        account_as_written=keys.account(dialect, "t", as_written=True),
+        org_as_written=keys.org(dialect, "t", as_written=True),
         place=keys.place(dialect, "n"),
         list=text(LIST),
         rows=rows,
@@ -193,6 +217,28 @@ def insert_changed(
         staged_org=org,
         same=equal_to_member(staged),
     )
+
+
+def insert_changed_keys(changed: str) -> Sql:
+    """Add to ``changed`` each account's key as a spelling of it, where only a spelling with whitespace
+    around it is there: the account's rows spelled without any (members, in step, or not in the source)
+    are tiered again with it.
+
+    A member's key is stripped (the validator stripped it before it was sent), so a source row that
+    pairs with one spells the key as the lists record it: only a row that pairs with none is written
+    with another spelling, and its account needs both.
+    """
+    return text(
+        f"INSERT INTO {changed} ({ACCOUNT}, {ORG}, {ROW_ACCOUNT}, {ROW_ORG}) SELECT DISTINCT c.{ACCOUNT}, "
+        f"c.{ORG}, c.{ACCOUNT}, c.{ORG} FROM {changed} c WHERE (c.{ROW_ACCOUNT} <> c.{ACCOUNT} OR "
+        f"c.{ROW_ORG} <> c.{ORG}) AND NOT EXISTS (SELECT 1 FROM {changed} s WHERE s.{ROW_ACCOUNT} = "
+        f"c.{ACCOUNT} AND s.{ROW_ORG} = c.{ORG})"
+    )
+
+
+def changed_accounts(changed: str) -> Sql:
+    """How many accounts ``changed`` holds (an account spelled two ways has two rows)."""
+    return text(f"SELECT COUNT(*) FROM (SELECT DISTINCT {ACCOUNT}, {ORG} FROM {changed}) c")
 
 
 def changed_members(state: StateSql, changed: str, list_ids: Sequence[str]) -> Sql:

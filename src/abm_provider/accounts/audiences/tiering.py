@@ -41,7 +41,7 @@ from abm_provider.accounts.sources import SqlSource
 from abm_provider.accounts.sync.staging import Stager
 from abm_provider.accounts.sync.statements.binding import text
 from abm_provider.accounts.sync.statements.plan import has_rows
-from abm_provider.accounts.sync.statements.staging import RECORD, count, staged_values
+from abm_provider.accounts.sync.statements.staging import RECORD, staged_values
 from abm_provider.accounts.sync.statements.tables import (
     WORK_PREFIX,
     create_work_table,
@@ -237,13 +237,14 @@ class Tiering:
                     state, self.changed, text(rows), self.excluded, keys, self.list_ids, staged
                 )
             )
+            db.execute(statements.insert_changed_keys(self.changed))
         db.analyze(self.changed)
         changed_members = statements.changed_members(state, self.changed, self.list_ids)
         with db.transaction():
             db.execute(create_work_table_as(dialect, self.changed_members, changed_members))
         self._made.append(self.changed_members)
         db.analyze(self.changed_members)
-        return int(db.value(count(text(self.changed))) or 0)
+        return int(db.value(statements.changed_accounts(self.changed)) or 0)
 
     def _add_in_step(self, tiered: Tiered) -> None:
         """Count the accounts left in step (each on its list, every row of it naming that list) in
