@@ -1,13 +1,16 @@
-"""``fewer_collections``: the collector's thresholds are raised for a streaming block and put back."""
+"""``fewer_collections``: the collector's thresholds are raised for a streaming block and put back.
+``frozen_heap``: the objects alive at the start are out of the collector's passes inside the block, and
+back in them after, unless the process had frozen its heap itself."""
 
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Iterator
 
 import pytest
 
-from abm_provider.common.collector import STREAMING_THRESHOLD, fewer_collections
+from abm_provider.common.collector import STREAMING_THRESHOLD, fewer_collections, frozen_heap
 
 
 @pytest.fixture
@@ -40,3 +43,42 @@ def test_a_disabled_or_higher_threshold_is_left_alone(young):
         assert gc.get_threshold() == (young, 10, 10)
     finally:
         gc.set_threshold(*before)
+
+
+class _Cycle:
+    """An object in a reference cycle: only the collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.fixture
+def unfrozen() -> Iterator[None]:
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+
+
+def test_objects_alive_at_the_start_are_left_out_of_passes_inside_and_put_back_after(unfrozen):
+    cycle = _Cycle()
+    alive = weakref.ref(cycle)
+    with frozen_heap():
+        del cycle  # garbage from now on, freed by a collector pass only
+        gc.collect()
+        assert alive() is not None, "a pass inside the block walked an object alive at its start"
+    gc.collect()
+    assert alive() is None, "the objects were not given back to the collector"
+
+
+def test_the_block_gives_the_heap_back_when_it_fails(unfrozen):
+    with pytest.raises(RuntimeError), frozen_heap():
+        raise RuntimeError("sync failed")
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_heap_the_process_froze_itself_stays_frozen(unfrozen):
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    with frozen_heap():
+        pass
+    assert gc.get_freeze_count() >= frozen > 0

@@ -46,6 +46,7 @@ from abm_provider.accounts.sync.sending import (
 from abm_provider.accounts.sync.state import uses_lock_rows, utc_now
 from abm_provider.accounts.sync.statements.binding import text
 from abm_provider.accounts.sync.summary import read_summary
+from abm_provider.common.collector import frozen_heap
 
 if TYPE_CHECKING:
     from abm_provider.accounts.sources import AccountSource
@@ -128,6 +129,10 @@ class AudienceSync:
         :raises SyncAlreadyRunning: another sync had one of the lists for ``lock_timeout``.
         :raises SyncGuardTripped: a guard stopped the programme; nothing was sent on any list.
         """
+        with frozen_heap():
+            return self._locked_run(source)
+
+    def _locked_run(self, source: AccountSource) -> dict[str, Any]:
         db, dialect = self.db, self.db.dialect
         db.create_tables([*self.tables.create_sql(dialect), self.moves.create_sql()], self.tables.lock_key())
         rows = dialect.table_sql(self.tables.locks) if uses_lock_rows(dialect) else None

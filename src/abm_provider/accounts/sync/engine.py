@@ -47,6 +47,7 @@ from abm_provider.accounts.sync.sending import (
 from abm_provider.accounts.sync.state import uses_lock_rows, utc_now
 from abm_provider.accounts.sync.summary import check_drift, member_count, read_summary
 from abm_provider.common.arguments import check_choice
+from abm_provider.common.collector import frozen_heap
 from abm_provider.common.rejects import check_limit
 
 if TYPE_CHECKING:
@@ -92,16 +93,19 @@ class ListSync:
 
         :raises SyncAlreadyRunning: another sync of the list had the lock for ``lock_timeout``.
         """
-        self.db.create_tables(self.tables.create_sql(self.db.dialect), self.tables.lock_key())
-        key = self.tables.lock_key(self.options.list_id)
-        options = self.options
-        dialect = self.db.dialect
-        rows = dialect.table_sql(self.tables.locks) if uses_lock_rows(dialect) else None
-        hold_list_lock(self.db, key, options.list_id, options.run_id, options.lock_timeout, self.log, rows)
-        try:
-            return self._run(source)
-        finally:
-            self.db.unlock(key)
+        with frozen_heap():
+            self.db.create_tables(self.tables.create_sql(self.db.dialect), self.tables.lock_key())
+            key = self.tables.lock_key(self.options.list_id)
+            options = self.options
+            dialect = self.db.dialect
+            rows = dialect.table_sql(self.tables.locks) if uses_lock_rows(dialect) else None
+            hold_list_lock(
+                self.db, key, options.list_id, options.run_id, options.lock_timeout, self.log, rows
+            )
+            try:
+                return self._run(source)
+            finally:
+                self.db.unlock(key)
 
     def _run(self, source: AccountSource) -> dict[str, Any]:
         """Complete what earlier runs left unfinished, then plan and send this run (or resume it)."""
