@@ -29,6 +29,7 @@ LIST_KEYS = {
     "removed",
     "moved_in",
     "moved_out",
+    "waiting",
     "excluded",
     "not_found",
     "rejected",
