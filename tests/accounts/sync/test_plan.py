@@ -3,8 +3,9 @@ emulator with the state on DuckDB, PostgreSQL and MariaDB.
 
 A refused row is not sent again until it changes, too many invalid rows send and record nothing, and a
 key given twice is added once, with its first row. A first run plans its additions from the stage
-itself, with the hash the Python path gives. What reaches the service is read from the
-emulator's request log and its view of the list; the warehouse with the database's own driver.
+itself, with the hash the Python path gives. A run's additions are numbered from 1 in source order.
+What reaches the service is read from the emulator's request log and its view of the list; the
+warehouse with the database's own driver.
 """
 
 from __future__ import annotations
@@ -133,3 +134,30 @@ def test_a_first_run_plans_from_the_stage_unless_a_key_repeats(
     assert (second["to_add"], second["to_remove"]) == (0, 0)
     assert membership_requests(abm) == {"add": 0, "remove": 0}
     assert len(copies) == (2 if repeated else 1)
+
+
+def test_additions_are_numbered_from_one_in_source_order_on_a_first_run_and_after(
+    abm: Any, warehouse: Warehouse
+) -> None:
+    """The plan's numbers are the order accounts are sent in and a resumed run's place: each run's
+    additions are numbered 1, 2, 3... in the order of the source's rows (not of their ids), whether
+    planned from the stage (a first run) or from the candidates (members left out). A dry run keeps
+    its plan to be read until the next run plans."""
+    list_id = make_list()
+    plan = warehouse.name("abm_sync_plan")
+
+    def planned(run_id: str) -> list[tuple[int, str]]:
+        return warehouse.query(
+            f"SELECT seq, account_id FROM {plan} WHERE list_id = %s AND run_id = %s AND action = 'add' "
+            "ORDER BY seq",
+            [list_id, run_id],
+        )
+
+    first = [7, 3, 9, 1, 5]
+    warehouse.replace_table("targets", COLUMNS, rows_for(first))
+    sync(warehouse, list_id, "run_1", dry_run=True)
+    assert planned("run_1") == [(seq, account_id(n)) for seq, n in enumerate(first, start=1)]
+    sync(warehouse, list_id, "run_0")
+    warehouse.replace_table("targets", COLUMNS, rows_for([4, 7, 12, 3, 10, 11]))
+    sync(warehouse, list_id, "run_2", dry_run=True, max_removals=None)
+    assert planned("run_2") == [(seq, account_id(n)) for seq, n in enumerate([4, 12, 10, 11], start=1)]
