@@ -284,8 +284,11 @@ class AudienceSync:
         less the additions whose move waits."""
         for tier, run in runs:
             tier.sender.send_removals(run)
+        # Whether each run counts a refusal is asked once per run, not once per list of it.
+        refused = {run.run_id: self.moves.any_refused(run.run_id) for _, run in runs}
         for tier, run in runs:
-            tier.sender.send_additions(run, self._waiting(tier, run))
+            waiting = self._waiting(tier, run) if refused[run.run_id] else None
+            tier.sender.send_additions(run, waiting)
 
     def _waiting(self, tier: _Tier, run: PlannedRun) -> Waiting | None:
         """The additions of ``run`` onto the tier's list that wait, or ``None`` when none do.
@@ -294,7 +297,7 @@ class AudienceSync:
         account) is still on that list by the record: added now, it would be on two lists of the
         programme. Its addition is held back and logged; the next run plans the move again.
         """
-        if run.add_done >= run.to_add or not self.moves.any_refused(run.run_id):
+        if run.add_done >= run.to_add:
             return None
         list_id = tier.audience.list_id
         count = self.moves.mark_waiting(run.run_id, list_id)
@@ -308,13 +311,12 @@ class AudienceSync:
             list_id,
             count,
         )
-        value_of = {t.audience.list_id: t.audience.value for t in self.tiers}
+        reasons = {t.audience.list_id: _waiting_reason(t.audience) for t in self.tiers}
 
         def waiting(run_id: str, first: int, last: int) -> dict[int, str]:
             rows = self.moves.waiting_rows(run_id, list_id, first, last)
             return {
-                seq: f"still on list {source} ({value_of.get(source, source)!r}), whose removal the service "
-                "refused: not added, so that it is on one list of the programme; the next run moves it again"
+                seq: reasons.get(source) or _waiting_reason(Audience(source, source))
                 for seq, source in rows.items()
             }
 
@@ -334,6 +336,14 @@ class AudienceSync:
             self.moves.read(),
             self.tripped,
         )
+
+
+def _waiting_reason(left: Audience) -> str:
+    """What the run log says of an addition that waits for its account to leave ``left``'s list."""
+    return (
+        f"still on list {left.list_id} ({left.value!r}), whose removal the service refused: not added, "
+        "so that it is on one list of the programme; the next run moves it again"
+    )
 
 
 def check_programme_lists(audiences: Sequence[Audience], exclude_lists: Sequence[str]) -> None:

@@ -185,18 +185,18 @@ class Sender:
 
         def send(batch: Batch) -> SplitResult:
             start, _, rows, waits = batch
-            sent = [i for i in range(len(rows)) if start + i not in waits] if waits else range(len(rows))
-            if not sent:
+            posted = [i for i in range(len(rows)) if start + i not in waits] if waits else range(len(rows))
+            if not posted:
                 return SplitResult()  # every account of the batch waits: no request
             client = hook()
             result = send_splitting(
                 lambda part: client.change_membership(
                     action, options.list_id, part, batch_size=options.batch_size, keep_not_found=True
                 ),
-                [_payload(rows[i], action) for i in sent],
+                [_payload(rows[i], action) for i in posted],
             )
             if waits:  # the refused accounts' positions, from the request's to the batch's
-                result.refused = [(sent[position], reason) for position, reason in result.refused]
+                result.refused = [(posted[position], reason) for position, reason in result.refused]
             return result
 
         started = last = time.monotonic()
