@@ -146,8 +146,14 @@ def test_one_account_named_twice_by_one_audience_with_two_names_sends_nothing_ag
     ]
     warehouse.replace_table("model", MODEL_COLUMNS, rows)
     warehouse.replace_table("customers", ["account_id"], [])
+    clear_requests(abm)
     first = sync(warehouse, lists, "run-1")
     assert on_service(abm, lists) == {"tier_1": ids([1]), "tier_2": ids([2]), "tier_3": set()}
+    # Its first row only is planned and sent: the plan knows the key repeats though no other
+    # audience names it.
+    sent = [a for action, _, accounts in membership_posts(abm) if action == "add" for a in accounts]
+    assert sorted(sent) == [account_id(1), account_id(2)]
+    assert {e["audience"]: e["added"] for e in first["lists"]} == {"tier_1": 1, "tier_2": 1, "tier_3": 0}
     clear_requests(abm)
     second = sync(warehouse, lists, "run-2")
     assert membership_posts(abm) == []

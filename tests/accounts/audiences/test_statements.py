@@ -103,6 +103,7 @@ def _every_statement(dialect: Dialect) -> dict[str, tuple[Sql, tuple[Any, ...]]]
         "changed_members": (statements.changed_members(state, changed, LISTS), (LIST_ID, OTHER_LIST)),
         "changed_member_counts": (statements.changed_member_counts(changed), ()),
         "insert_outranked": (statements.insert_outranked(tiered_table, outranked), ()),
+        "any_outranked": (statements.any_outranked(outranked), ()),
         "unmapped_sample": (statements.unmapped_sample(dialect, tiered_table, "tier", 5), ()),
         "delete_moves": (move_statements.delete_moves(moves, RUN_ID, LISTS), (RUN_ID, LIST_ID, OTHER_LIST)),
         "delete_kept_moves": (

@@ -225,7 +225,8 @@ class AudienceSync:
             members = None if tiered.members is None else text(tiered.members)
             for tier in self.tiers:
                 source_rows = tiering.source_of(tiered, tier.place)
-                prepared.append((tier, tier.planner.prepare(source_rows, members)))
+                ready = tier.planner.prepare(source_rows, members, unique=not tiered.repeats)
+                prepared.append((tier, ready))
             counted = tiered.member_counts
             with self.db.transaction():
                 written = [

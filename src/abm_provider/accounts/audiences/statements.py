@@ -260,20 +260,28 @@ def changed_member_counts(changed_members_table: str) -> Sql:
 
 
 def outranked_columns(dialect: Dialect) -> str:
-    """The columns of the outranked table: an account's key and the best place its rows name."""
+    """The columns of the outranked table: the key of an account with two rows or more, and the best
+    place its rows name."""
     key = dialect.text_sql(255)
     return f"{ACCOUNT} {key}, {ORG} {key}, {BEST} INTEGER{dialect.key_index_sql([ACCOUNT, ORG])}"
 
 
 def insert_outranked(tiered_table: str, outranked: str) -> Sql:
-    """Fill the outranked table: the accounts whose rows name more than one audience, each with the
-    best place they name. Few accounts do, so every other row is its account's best without a
-    look at the others (a window over every row would sort them all)."""
+    """Fill the outranked table: the accounts that more than one mapped row names, each with the best
+    place its rows name. Few accounts have two rows, so every other row is its account's best without
+    a look at the others (a window over every row would sort them all); and with the table empty, no
+    list's rows repeat a key (:func:`any_outranked`), which each list's plan would otherwise group
+    its rows again to ask."""
     return text(
         f"INSERT INTO {outranked} ({ACCOUNT}, {ORG}, {BEST}) SELECT {ACCOUNT}, {ORG}, MIN({LIST}) "
         f"FROM {tiered_table} WHERE {LIST} IS NOT NULL AND {ACCOUNT} <> '' GROUP BY {ACCOUNT}, {ORG} "
-        f"HAVING MIN({LIST}) <> MAX({LIST})"
+        "HAVING COUNT(*) > 1"
     )
+
+
+def any_outranked(outranked: str) -> Sql:
+    """One row when some account has two mapped rows, else none."""
+    return text(f"SELECT 1 FROM {outranked} LIMIT 1")
 
 
 def outranked_join(outranked: str) -> str:

@@ -92,7 +92,8 @@ class Tiered:
     table holds every source row, to be compared with every member.
 
     ``member_counts``: each list's recorded members before the run, counted once for the programme,
-    so that its lists' plans need not count them each.
+    so that its lists' plans need not count them each. ``repeats``: whether some account has two
+    rows or more in the table (with none, no list's rows repeat a key).
     """
 
     table: str
@@ -103,6 +104,7 @@ class Tiered:
     unmapped_values: list[str] = field(default_factory=list)
     members: str | None = None
     member_counts: dict[str, int] = field(default_factory=dict)
+    repeats: bool = True
 
 
 @dataclass
@@ -190,6 +192,7 @@ class Tiering:
         self.db.analyze(self.tiered, self.outranked)
         tiered = self._count(columns)
         tiered.member_counts = members
+        tiered.repeats = self.db.value(statements.any_outranked(self.outranked)) is not None
         if changed is not None:
             self._add_in_step(tiered)
             tiered.members = self.changed_members

@@ -56,13 +56,14 @@ _SAMPLE = 5
 @dataclass(frozen=True)
 class Prepared:
     """A source staged for one list's plan: its work tables, what staging found, whether the list has
-    members to leave out of the additions (not a first run, nor a full resync), and the members the
-    plan may remove."""
+    members to leave out of the additions (not a first run, nor a full resync), the members the plan
+    may remove, and whether the caller knows that no key occurs twice in the source (``unique``)."""
 
     work: WorkTables
     staged: Staged
     listed: bool
     members: Sql
+    unique: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,12 +112,16 @@ class Planner:
             self.drop(prepared)
         return tripped
 
-    def prepare(self, source: AccountSource | StateQuerySource, members: Sql | None = None) -> Prepared:
+    def prepare(
+        self, source: AccountSource | StateQuerySource, members: Sql | None = None, *, unique: bool = False
+    ) -> Prepared:
         """Stage the source into new work tables, each in a transaction of its own (:meth:`drop` them).
 
         ``members``: the members the source is compared with and the plan may remove, a relation of
         member rows; by default the members table, every member of the list. The audience sync gives
         the members of the accounts it found changed, with the source rows of those accounts only.
+        ``unique``: the caller found no key twice in the source (the audience sync's tiering groups
+        every key already), so the plan does not group the staged rows again to ask.
         """
         dialect = self.db.dialect
         work = WorkTables.new(dialect, self.tables.members.schema)
@@ -139,7 +144,7 @@ class Planner:
         except BaseException:
             self.drop(prepared)
             raise
-        return Prepared(work, staged, listed=listed, members=members)
+        return Prepared(work, staged, listed=listed, members=members, unique=unique)
 
     def settle(self, written: Written) -> None:
         """After the plan's commit: statistics for a plan its reads would otherwise scan whole."""
@@ -185,6 +190,8 @@ class Planner:
         """
         if prepared.listed or to_add is not statements.NOTHING_HELD:
             return None
+        if prepared.unique:
+            return False
         return self.db.value(statements.repeated_key(prepared.work.stage, valid_only=True)) is not None
 
     def _refused(self) -> statements.Held:
