@@ -5,10 +5,12 @@ tab or a line break around them; on DuckDB, PostgreSQL and MariaDB against the e
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from abm_provider.warehouse.dialects import DIALECTS, _load, base
 from accounts.audiences.audience_support import (
     MODEL_COLUMNS,
     dying_at_the_first_addition,
@@ -248,3 +250,80 @@ def test_a_second_run_tiers_every_row_of_an_account_one_of_whose_rows_spells_it_
     # Each of account 1's rows was tiered once: its two rows name it, none twice.
     tier_1 = next(e for e in summary["lists"] if e["audience"] == "tier_1")
     assert (tier_1["source_rows"], tier_1["duplicates"]) == (2 if tier == "tier_1" else 1, 0)
+
+
+def test_ids_and_audiences_that_differ_only_in_case_are_told_apart_on_every_warehouse(
+    abm: Any, warehouse: Warehouse
+) -> None:
+    """Salesforce's 15-character ids are case-sensitive, and so are the audience values: on MariaDB,
+    whose default collations fold case, as on the others. The id spelled in capitals is another
+    account, on its own tier and not excluded with its lower-case twin; ``TIER_1`` is no audience."""
+    upper, lower, other = "001000000000ABC", "001000000000abc", account_id(3)
+    rows = [
+        (upper, "Upper", ORG, "tier_2"),
+        (lower, "Lower", ORG, "tier_1"),
+        (account_id(2), "Account 2", ORG, "tier_2"),
+        (account_id(4), "Account 4", ORG, "tier_3"),
+        (other, "Account 3", ORG, "TIER_1"),
+    ]
+    warehouse.replace_table("model", MODEL_COLUMNS, rows)
+    warehouse.replace_table("customers", ["account_id"], [("001000000000Abc",)])
+    lists = make_lists("Case")
+    summary = sync(warehouse, lists, "run-1")
+    assert on_service(abm, lists) == {
+        "tier_1": {lower},
+        "tier_2": {upper, account_id(2)},
+        "tier_3": {account_id(4)},
+    }
+    assert summary["totals"]["excluded"] == 0
+    # The excluded spelling is a third account: excluding it takes neither twin off its list.
+    warehouse.replace_table("customers", ["account_id"], [(lower,)])
+    sync(warehouse, lists, "run-2", max_removals=None, allow_empty_source=True)
+    assert on_service(abm, lists) == {
+        "tier_1": set(),
+        "tier_2": {upper, account_id(2)},
+        "tier_3": {account_id(4)},
+    }
+
+
+def test_where_the_dialect_strips_spaces_only_an_id_with_a_tab_twice_in_one_tier_is_sent_once(
+    abm: Any, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a dialect whose ``strip_sql`` is standard SQL's ``TRIM`` (Snowflake, BigQuery, generic), the
+    tiering keys ``A`` and ``A<tab>`` apart while the validator reads both as ``A``: the plan must not
+    take the tiering's word that no key repeats, and sends account 1 once. Simulated on the warehouse's
+    own dialect, its strip and its declaration put back to the base's."""
+    dialect = _load(DIALECTS[{"mariadb": "mysql"}.get(warehouse.kind, warehouse.kind)])
+    monkeypatch.setattr(dialect, "strip_sql", base.Dialect.strip_sql)
+    monkeypatch.setattr(dialect, "capabilities", replace(dialect.capabilities, strips_like_python=False))
+    rows = [
+        (account_id(1), "Account 1", ORG, "tier_1"),
+        (account_id(1) + "\t", "Account 1", ORG, "tier_1"),
+        (account_id(2), "Account 2", ORG, "tier_2"),
+    ]
+    warehouse.replace_table("model", MODEL_COLUMNS, rows)
+    warehouse.replace_table("customers", ["account_id"], [])
+    lists = make_lists("SpacesOnly")
+    clear_requests(abm)
+    sync(warehouse, lists, "run-1")
+    sent = [a for action, _, accounts in membership_posts(abm) if action == "add" for a in accounts]
+    assert sorted(sent) == [account_id(1), account_id(2)]
+
+
+def test_an_excluded_account_whose_row_names_no_audience_is_not_logged_as_kept_off(
+    abm: Any, warehouse: Warehouse
+) -> None:
+    """Customer 5's only row names an audience the programme does not map: it is kept off no list, so
+    the moves table gets no row for it, which, naming neither list, no later trim could reach."""
+    rows = [
+        (account_id(1), "Account 1", ORG, "tier_1"),
+        (account_id(5), "Account 5", ORG, "prospect"),
+    ]
+    warehouse.replace_table("model", MODEL_COLUMNS, rows)
+    warehouse.replace_table("customers", ["account_id"], [(account_id(5),)])
+    lists = make_lists("Unmapped")
+    for run in ("run-1", "run-2"):
+        sync(warehouse, lists, run)
+    moves = warehouse.query(f"SELECT kind, from_list, to_list FROM {warehouse.name('abm_sync_moves')}")
+    assert [m for m in moves if m[1] is None and m[2] is None] == []
+    assert on_service(abm, lists) == {"tier_1": ids([1]), "tier_2": set(), "tier_3": set()}

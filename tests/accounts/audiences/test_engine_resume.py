@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
+from abm_provider.accounts.audiences import engine
 from abm_provider.compat import AirflowFailException
 from abm_provider.exceptions import SyncGuardTripped
 from abm_provider.hooks.abm import AbmHook
@@ -334,3 +335,28 @@ def test_a_retry_after_a_death_mid_additions_keeps_the_refused_move_waiting(
     assert account_id(7) in held["tier_2"] and account_id(7) not in held["tier_1"]
     assert_never_on_two(abm, lists, start)
     assert retried["totals"]["waiting"] == 1
+
+
+def test_a_plan_left_waiting_keeps_its_moves_until_completed_however_short_the_retention(
+    abm: Any, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run 2 marks 7's move onto tier 1 waiting (its removal from tier 2 refused) and dies sending
+    tier 1's other addition. Run 3, an hour later by its clock, keeps a minute of run log and
+    completes run 2's plan first: the trim comes after, so the waiting move is still known and 7 is
+    not added to tier 1."""
+    lists = make_lists("Trimmed")
+    write_model(warehouse, {"tier_1": [1], "tier_2": [7, 8], "tier_3": [9]}, [])
+    sync(warehouse, lists, "run-1")
+    start = on_service(abm, lists)
+    clear_requests(abm)
+    write_model(warehouse, {"tier_1": [1, 7, 20], "tier_2": [8], "tier_3": [9]}, [])
+    refusing(abm, lists["tier_2"], "remove", 7)
+    with dying_at(monkeypatch, "add", lists["tier_1"]), pytest.raises(SystemExit):
+        sync(warehouse, lists, "run-2", max_removals=None)
+    later = engine.utc_now() + timedelta(hours=1)
+    monkeypatch.setattr(engine, "utc_now", lambda: later)
+    sync(warehouse, lists, "run-3", max_removals=None, log_retention_days=1 / 1440)
+    held = on_service(abm, lists)
+    assert account_id(7) in held["tier_2"] and account_id(7) not in held["tier_1"]
+    assert account_id(20) in held["tier_1"]
+    assert_never_on_two(abm, lists, start)

@@ -92,3 +92,16 @@ def test_a_style_by_name_without_a_positional_marker_is_refused() -> None:
 
     check_declared(NamedAndPositional)
     assert NamedAndPositional(None).placeholder == "?"
+
+
+def test_strips_like_python_declared_without_a_strip_of_its_own_is_refused() -> None:
+    """The audience sync trusts its grouping of keys only where the dialect strips them as the
+    validator does: a dialect claiming that with standard SQL's TRIM is refused."""
+
+    class Claiming(GenericDialect):
+        name = "claiming"
+        capabilities = dataclasses.replace(GenericDialect.capabilities, strips_like_python=True)
+        options_type = NoOptions
+
+    with pytest.raises(TypeError, match="Claiming declares strips_like_python but does not define strip_sql"):
+        check_declared(Claiming)

@@ -166,7 +166,6 @@ class AudienceSync:
             if self.tripped is not None:
                 self.log.warning("%s (dry run: reported, not enforced)", self._error(self.tripped))
             return self.summary()
-        self._trim_log()
         earlier = [(tier, run) for tier, run in unfinished if run.run_id != options.run_id]
         own = [(tier, run) for tier, run in unfinished if run.run_id == options.run_id]
         if earlier:
@@ -179,7 +178,10 @@ class AudienceSync:
         if own:
             self.log.info("Resuming this run's plan on lists %s", [tier.audience.list_id for tier, _ in own])
             self._send(own)
-        else:
+        # Only once every unfinished plan is sent: its moves say which of its additions wait, and a
+        # plan left long enough ago would lose them to the trim and add an account to a second list.
+        self._trim_log()
+        if not own:
             self.tripped = self._plan(source)
             self._log_plan()
             if self.tripped is not None:

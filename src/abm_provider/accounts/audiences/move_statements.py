@@ -213,7 +213,9 @@ def insert_kept_off(
     at: datetime,
 ) -> Sql:
     """Log each excluded account of the source with the list its best audience names, unless the run
-    removes it (a member is logged as removed, :func:`insert_excluded_from`)."""
+    removes it (a member is logged as removed, :func:`insert_excluded_from`). A row naming no audience
+    of the programme keeps its account off no list: it is not logged (a row with neither list would
+    belong to no programme, and no trim would reach it)."""
     return _log_best_rows(
         dialect,
         moves,
@@ -225,7 +227,7 @@ def insert_kept_off(
         from_list="NULL",
         rows=f"{tiered_table} t",
         outranked=outranked,
-        where=f"t.{EXCLUDED} = 1 AND NOT EXISTS (SELECT 1 FROM {removed} r "
+        where=f"t.{EXCLUDED} = 1 AND t.{LIST} IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {removed} r "
         f"WHERE r.account_id = t.{ACCOUNT} AND r.crm_org_id = t.{ORG})",
     )
 

@@ -78,7 +78,8 @@ class RowKeys:
 
     def place(self, dialect: Dialect, row: str) -> Sql:
         """The audience's place in the priority order (from 1) of source row ``row``; ``NULL`` for an
-        audience the programme does not map. Audiences compare as text, so a number matches ``"1"``."""
+        audience the programme does not map. Audiences compare as text, so a number matches ``"1"``,
+        and exactly, so ``TIER_1`` is not ``tier_1`` on MySQL either, whose collations fold case."""
         whens = join(
             " ",
             (
@@ -86,7 +87,7 @@ class RowKeys:
                 for i, value in enumerate(self.values_in_order, start=1)
             ),
         )
-        audience = dialect.cast_sql(f"{row}.{dialect.quote(self.audience)}", "TEXT")
+        audience = dialect.exact_sql(dialect.cast_sql(f"{row}.{dialect.quote(self.audience)}", "TEXT"))
         return sql("CASE {audience} {whens} END", audience=text(audience), whens=whens)
 
     def account(self, dialect: Dialect, row: str, *, as_written: bool = False) -> Sql:

@@ -100,6 +100,10 @@ def check_declared(cls: type[Dialect]) -> None:
         raise TypeError(
             f"{cls.__module__}.{cls.__qualname__} declares rules_in_sql but does not define matches_sql"
         )
+    if declared.strips_like_python and cls.strip_sql is Dialect.strip_sql:
+        raise TypeError(
+            f"{cls.__module__}.{cls.__qualname__} declares strips_like_python but does not define strip_sql"
+        )
 
 
 def dialect_for(

@@ -105,6 +105,7 @@ class BigQueryDialect(SqlValidated):
         delete_using_join=False,  # DELETE has no join form; EXISTS it is
         transactional_ddl=False,
         lock_rows=True,
+        strips_like_python=False,  # the base TRIM: spaces only
     )
     quote_format = "`{}`"
     text_type_codes = frozenset({"STRING"})  # the cursor's type codes are BigQuery's type names

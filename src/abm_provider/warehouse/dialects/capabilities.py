@@ -75,6 +75,10 @@ class Capabilities:
     #: Where the database has no session lock and more than one process writes it, the list sync's
     #: one run per list is then a row of its ``<prefix>locks`` table.
     lock_rows: bool
+    #: Whether ``Dialect.strip_sql`` takes off what Python's ``str.strip()`` does (tabs, line breaks,
+    #: Unicode's spaces), not only spaces: the audience sync's keys worked out in SQL are then the keys
+    #: the validator gives, so it trusts its own grouping of them.
+    strips_like_python: bool
 
     def described(self) -> dict[str, object]:
         """The record as ``{field: value}``, in declaration order (for logs and the docs' table)."""

@@ -121,6 +121,7 @@ class DuckDBDialect(SqlValidated):
         delete_using_join=False,
         transactional_ddl=True,
         lock_rows=True,
+        strips_like_python=True,
     )
     lineage_schema = "main"  # common-sql's default answers "public", which DuckDB does not have
     catalog_where = "table_catalog = current_database() AND "

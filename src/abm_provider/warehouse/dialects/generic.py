@@ -74,6 +74,7 @@ class GenericDialect(Dialect):
         delete_using_join=False,
         transactional_ddl=True,
         lock_rows=False,  # any DB-API database: nothing is known of its locking
+        strips_like_python=False,  # standard SQL's TRIM takes off spaces only
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

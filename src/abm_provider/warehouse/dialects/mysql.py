@@ -88,6 +88,7 @@ class MySQLDialect(GenericDialect):
         delete_using_join=True,
         transactional_ddl=False,
         lock_rows=True,
+        strips_like_python=True,
     )
     current_schema_sql = "DATABASE()"
 
@@ -132,9 +133,12 @@ class MySQLDialect(GenericDialect):
     def strip_sql(self, expression: str) -> str:
         # TRIM takes off one string, not a set of characters. The expression goes as a hex literal,
         # which no sql_mode reads differently; PCRE (MariaDB) and ICU (MySQL 8) both read \x{...}.
+        # The key comes out in the state tables' binary collation: utf8mb4's default folds case, so
+        # two ids differing in case only would group, join and DISTINCT as one account.
         bracket = stripped_class("\\x{{{:04x}}}")
         pattern = f"^{bracket}+|{bracket}+$".encode("ascii").hex()
-        return f"REGEXP_REPLACE(CONVERT({expression} USING utf8mb4), CONVERT(X'{pattern}' USING utf8mb4), '')"
+        subject = f"CONVERT({expression} USING utf8mb4)"
+        return f"REGEXP_REPLACE({subject}, CONVERT(X'{pattern}' USING utf8mb4), '') COLLATE utf8mb4_bin"
 
     def numbered_copy_sql(self, table: str, query: str, record: str) -> str:
         # A window over a derived table numbers in whatever order the window sorts by, and a derived

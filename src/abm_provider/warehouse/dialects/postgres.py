@@ -94,6 +94,7 @@ class PostgresDialect(SqlValidated):
         delete_using_join=False,
         transactional_ddl=True,
         lock_rows=True,
+        strips_like_python=True,
     )
     text_type_codes = frozenset({"25", "1043"})  # text, varchar (psycopg and psycopg2 give the type's OID)
 

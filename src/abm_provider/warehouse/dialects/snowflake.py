@@ -76,6 +76,7 @@ class SnowflakeDialect(SqlValidated):
         delete_using_join=False,
         transactional_ddl=False,
         lock_rows=True,
+        strips_like_python=False,  # TRIM takes off spaces only
     )
     text_type_codes = _TEXT_CODES
     current_schema_sql = "CURRENT_SCHEMA()"
