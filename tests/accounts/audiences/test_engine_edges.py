@@ -327,3 +327,30 @@ def test_an_excluded_account_whose_row_names_no_audience_is_not_logged_as_kept_o
     moves = warehouse.query(f"SELECT kind, from_list, to_list FROM {warehouse.name('abm_sync_moves')}")
     assert [m for m in moves if m[1] is None and m[2] is None] == []
     assert on_service(abm, lists) == {"tier_1": ids([1]), "tier_2": set(), "tier_3": set()}
+
+
+def test_an_id_too_long_for_any_list_is_rejected_and_the_programme_runs_on(
+    abm: Any, warehouse: Warehouse
+) -> None:
+    """An id of 300 characters (the lists keep 255) named by two rows and by the customers: the work
+    tables that group and exclude keys leave it out, its rows are rejected naming the limit, and the
+    rest of the programme is sent, on the first run and on the second, which compares with members."""
+    long_id = "001" + "x" * 297
+    rows = [
+        (account_id(1), "Account 1", ORG, "tier_1"),
+        (long_id, "Too long", ORG, "tier_2"),
+        (long_id, "Too long", ORG, "tier_3"),
+        (account_id(2), "Account 2", ORG, "tier_2"),
+    ]
+    warehouse.replace_table("model", MODEL_COLUMNS, rows, long_text=True)
+    warehouse.replace_table("customers", ["account_id"], [(long_id + "y",)], long_text=True)
+    lists = make_lists("TooLong")
+    first = sync(warehouse, lists, "run-1", max_rejected=None)
+    assert on_service(abm, lists) == {"tier_1": ids([1]), "tier_2": ids([2]), "tier_3": set()}
+    assert first["totals"]["rejected"] == 2
+    reasons = warehouse.query(f"SELECT reason FROM {warehouse.name('abm_sync_rejects')}")
+    assert reasons and all("255" in str(r[0]) for r in reasons), reasons
+    rows.append((account_id(3), "Account 3", ORG, "tier_3"))
+    warehouse.replace_table("model", MODEL_COLUMNS, rows, long_text=True)
+    sync(warehouse, lists, "run-2", max_rejected=None)
+    assert on_service(abm, lists) == {"tier_1": ids([1]), "tier_2": ids([2]), "tier_3": ids([3])}

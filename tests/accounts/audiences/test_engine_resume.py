@@ -360,3 +360,24 @@ def test_a_plan_left_waiting_keeps_its_moves_until_completed_however_short_the_r
     assert account_id(7) in held["tier_2"] and account_id(7) not in held["tier_1"]
     assert account_id(20) in held["tier_1"]
     assert_never_on_two(abm, lists, start)
+
+
+def test_a_move_whose_addition_is_refused_is_not_counted_as_made(abm: Any, warehouse: Warehouse) -> None:
+    """7 moves from tier 2 to tier 1; its removal is accepted and its addition refused (a ``400`` for
+    that account): it is on neither list, so the run reports no such move, the moves table says
+    ``refused``, and tier 1 counts it as rejected."""
+    lists, _ = started(abm, warehouse)
+    refusing(abm, lists["tier_1"], "add", 7)
+    summary = sync(warehouse, lists, "run-2", max_rejected=None)
+    held = on_service(abm, lists)
+    assert account_id(7) not in held["tier_1"] and account_id(7) not in held["tier_2"]
+    assert {(m["from"], m["to"], m["accounts"]) for m in summary["moves"]} == {("tier_1", "tier_3", 1)}
+    entries = {e["audience"]: e for e in summary["lists"]}
+    assert (entries["tier_1"]["moved_in"], entries["tier_2"]["moved_out"]) == (0, 0)
+    assert entries["tier_1"]["rejected"] == 1
+    assert summary["totals"]["moved"] == 1
+    moves = warehouse.name("abm_sync_moves")
+    kinds = warehouse.query(
+        f"SELECT kind FROM {moves} WHERE run_id = %s AND account_id = %s", ["run-2", account_id(7)]
+    )
+    assert kinds == [("refused",)]

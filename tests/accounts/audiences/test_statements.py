@@ -102,7 +102,7 @@ def _every_statement(dialect: Dialect) -> dict[str, tuple[Sql, tuple[Any, ...]]]
         "changed_accounts": (statements.changed_accounts(changed), ()),
         "changed_members": (statements.changed_members(state, changed, LISTS), (LIST_ID, OTHER_LIST)),
         "changed_member_counts": (statements.changed_member_counts(changed), ()),
-        "insert_outranked": (statements.insert_outranked(tiered_table, outranked), ()),
+        "insert_outranked": (statements.insert_outranked(dialect, tiered_table, outranked), ()),
         "any_outranked": (statements.any_outranked(outranked), ()),
         "unmapped_sample": (statements.unmapped_sample(dialect, tiered_table, "tier", 5), ()),
         "delete_moves": (move_statements.delete_moves(moves, RUN_ID, LISTS), (RUN_ID, LIST_ID, OTHER_LIST)),
@@ -145,7 +145,11 @@ def _every_statement(dialect: Dialect) -> dict[str, tuple[Sql, tuple[Any, ...]]]
         ),
         "mark_waiting": (
             move_statements.mark_waiting(state, moves, RUN_ID, LIST_ID),
-            (move_statements.WAITING, RUN_ID, move_statements.MOVED, LIST_ID),
+            (move_statements.WAITING, RUN_ID, move_statements.MOVED, LIST_ID, LIST_ID, RUN_ID),
+        ),
+        "mark_refused": (
+            move_statements.mark_refused(state, moves, RUN_ID, LIST_ID),
+            (move_statements.REFUSED, RUN_ID, move_statements.MOVED, LIST_ID),
         ),
         "count_waiting": (
             move_statements.count_waiting(moves, RUN_ID, LIST_ID),

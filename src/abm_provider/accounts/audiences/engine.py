@@ -292,6 +292,25 @@ class AudienceSync:
         for tier, run in runs:
             waiting = self._waiting(tier, run) if refused[run.run_id] else None
             tier.sender.send_additions(run, waiting)
+        for run_id in dict.fromkeys(run.run_id for _, run in runs):
+            if self.moves.any_refused(run_id):
+                self._mark_refused(run_id, [tier for tier, run in runs if run.run_id == run_id])
+
+    def _mark_refused(self, run_id: str, tiers: Sequence[_Tier]) -> None:
+        """After every addition of the run onto ``tiers``' lists: its moves there whose addition the
+        service refused are not made (the account left its old list and is on none); they are marked
+        so, not counted as moved, and said."""
+        for tier in tiers:
+            count = self.moves.mark_refused(run_id, tier.audience.list_id)
+            if count:
+                self.log.warning(
+                    "Audience %r (list %s): the service refused %d accounts moving onto it: they left the "
+                    "list they were on and are on none (reasons in the run log and %s)",
+                    tier.audience.value,
+                    tier.audience.list_id,
+                    count,
+                    self.db.names(self.tables).rejects,
+                )
 
     def _waiting(self, tier: _Tier, run: PlannedRun) -> Waiting | None:
         """The additions of ``run`` onto the tier's list that wait, or ``None`` when none do.

@@ -21,7 +21,7 @@ from abm_provider.accounts.audiences.statements import (
     by_place,
     outranked_join,
 )
-from abm_provider.accounts.sync.state import BLOCKED, DRY_RUN
+from abm_provider.accounts.sync.state import BLOCKED, DRY_RUN, KEY_LENGTH
 from abm_provider.accounts.sync.statements.binding import Sql, sql, text, text_value, values
 from abm_provider.accounts.sync.statements.runs import plan_range
 
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 #: it was removed from a list because it is excluded, or it was kept off the list its rows name; or its
 #: move waits, the service having refused its removal from the list it was to leave.
 MOVED, EXCLUDED_FROM, KEPT_OFF, WAITING = "moved", "excluded", "kept_off", "waiting"
+#: A move whose addition the service refused: the account left its old list and is on none.
+REFUSED = "refused"
 #: The moves table's columns, in the order its rows are written.
 _MOVE_COLUMNS = text("run_id, kind, account_id, crm_org_id, from_list, to_list, logged_at")
 
@@ -42,8 +44,8 @@ _MOVE_COLUMNS = text("run_id, kind, account_id, crm_org_id, from_list, to_list, 
 def create_moves(dialect: Dialect, table: str) -> str:
     """``CREATE TABLE IF NOT EXISTS`` of the moves table: one row per account a run moved, removed as
     excluded, or kept off."""
-    key, at = f"{dialect.text_sql(255)} NOT NULL", dialect.type_sql("TIMESTAMP")
-    name = dialect.text_sql(255)
+    key, at = f"{dialect.text_sql(KEY_LENGTH)} NOT NULL", dialect.type_sql("TIMESTAMP")
+    name = dialect.text_sql(KEY_LENGTH)
     return (
         f"CREATE TABLE IF NOT EXISTS {table} (run_id {key}, kind {dialect.text_sql(8)} NOT NULL, "
         f"account_id {key}, crm_org_id {key}, from_list {name}, to_list {name}, "
@@ -85,7 +87,7 @@ def delete_kept_moves(state: StateSql, moves: str, run_id: str, list_ids: Sequen
 def removed_columns(dialect: Dialect) -> str:
     """The columns of the work tables of the run's removals and of the additions of the accounts it
     removes: the list, its place, the account's key."""
-    key = dialect.text_sql(255)
+    key = dialect.text_sql(KEY_LENGTH)
     return f"list_id {key}, place INTEGER, account_id {key}, crm_org_id {key}"
 
 
@@ -247,17 +249,40 @@ def mark_waiting(state: StateSql, moves: str, run_id: str, to_list: str) -> Sql:
     it was to leave (the service refused its removal), and its addition is not sent yet (its plan row
     is still there). Its addition is then held back (:func:`waiting_rows`), so the account is never on
     both lists; the next run plans the move again."""
-    return state.sql(
-        "UPDATE {moves} AS w SET kind = {waiting} WHERE w.run_id = {run_id} AND w.kind = {moved} "
-        "AND w.to_list = {to_list} AND EXISTS (SELECT 1 FROM {members} m WHERE m.list_id = w.from_list "
+    still_there = state.sql(
+        "EXISTS (SELECT 1 FROM {members} m WHERE m.list_id = w.from_list "
         "AND m.account_id = w.account_id AND m.crm_org_id = w.crm_org_id) "
         "AND EXISTS (SELECT 1 FROM {plan} p WHERE p.list_id = {to_list} AND p.run_id = {run_id} "
         "AND p.action = 'add' AND p.account_id = w.account_id AND p.crm_org_id = w.crm_org_id)",
+        to_list=to_list,
+        run_id=run_id,
+    )
+    return _mark_moved(moves, run_id, to_list, WAITING, still_there)
+
+
+def mark_refused(state: StateSql, moves: str, run_id: str, to_list: str) -> Sql:
+    """Once every addition of the run onto ``to_list`` is sent: mark its moves there whose account is
+    not recorded on ``to_list`` (the service refused the addition, or did not find the account) as
+    refused, so the run does not count them as made. A move that waits is not one of them."""
+    not_there = state.sql(
+        "NOT EXISTS (SELECT 1 FROM {members} m WHERE m.list_id = w.to_list "
+        "AND m.account_id = w.account_id AND m.crm_org_id = w.crm_org_id)"
+    )
+    return _mark_moved(moves, run_id, to_list, REFUSED, not_there)
+
+
+def _mark_moved(moves: str, run_id: str, to_list: str, kind: str, condition: Sql) -> Sql:
+    """Give the run's moves onto ``to_list`` (rows ``w``) that pass ``condition`` the ``kind`` of a
+    move not made."""
+    return sql(
+        "UPDATE {moves} AS w SET kind = {kind} WHERE w.run_id = {run_id} AND w.kind = {moved} "
+        "AND w.to_list = {to_list} AND {condition}",
         moves=text(moves),
-        waiting=WAITING,
+        kind=kind,
         run_id=run_id,
         moved=MOVED,
         to_list=to_list,
+        condition=condition,
     )
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from abm_provider.accounts.audiences import move_statements as statements
-from abm_provider.accounts.audiences.move_statements import EXCLUDED_FROM, KEPT_OFF, MOVED, WAITING
+from abm_provider.accounts.audiences.move_statements import EXCLUDED_FROM, KEPT_OFF, MOVED, REFUSED, WAITING
 from abm_provider.warehouse.schema import TableName
 
 if TYPE_CHECKING:
@@ -33,11 +33,13 @@ def moves_table(tables: StateTables) -> TableName:
 @dataclass
 class Moves:
     """A run's moves on the programme's lists, counted: ``moved[(from, to)]``, those that wait
-    ``waiting[(from, to)]`` (not made: the account is still on ``from``), and per list those removed
-    as excluded and those kept off it."""
+    ``waiting[(from, to)]`` (not made: the account is still on ``from``), those whose addition the
+    service refused ``refused[(from, to)]`` (not made: the account is on neither), and per list those
+    removed as excluded and those kept off it."""
 
     moved: dict[tuple[str, str], int] = field(default_factory=dict)
     waiting: dict[tuple[str, str], int] = field(default_factory=dict)
+    refused: dict[tuple[str, str], int] = field(default_factory=dict)
     excluded_from: dict[str, int] = field(default_factory=dict)
     kept_off: dict[str, int] = field(default_factory=dict)
 
@@ -123,6 +125,8 @@ class MovesLog:
                 moves.moved[(str(source), str(target))] = int(count)
             elif kind == WAITING:
                 moves.waiting[(str(source), str(target))] = int(count)
+            elif kind == REFUSED:
+                moves.refused[(str(source), str(target))] = int(count)
             elif kind == EXCLUDED_FROM:
                 moves.excluded_from[str(source)] = int(count)
             elif kind == KEPT_OFF:
@@ -144,6 +148,15 @@ class MovesLog:
                 statements.mark_waiting(self.db.state_sql(self.tables), self.table, run_id, to_list)
             )
         return int(self.db.value(statements.count_waiting(self.table, run_id, to_list)) or 0)
+
+    def mark_refused(self, run_id: str, to_list: str) -> int:
+        """Mark ``run_id``'s moves onto ``to_list`` whose addition the service refused (every addition
+        there sent); how many."""
+        with self.db.transaction():
+            marked = self.db.execute(
+                statements.mark_refused(self.db.state_sql(self.tables), self.table, run_id, to_list)
+            )
+        return max(int(marked or 0), 0)
 
     def waiting_rows(self, run_id: str, to_list: str, first: int, last: int) -> Mapping[int, str]:
         """The plan numbers of ``run_id``'s additions ``first`` to ``last`` on ``to_list`` that wait, each

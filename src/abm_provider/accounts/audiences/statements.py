@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from abm_provider.accounts.sync.state import KEY_LENGTH
 from abm_provider.accounts.sync.statements.binding import Sql, join, sql, text, text_value, values
 from abm_provider.accounts.sync.statements.staging import RECORD, equal_to_member
 
@@ -34,7 +35,7 @@ RESERVED = (RECORD, LIST, ACCOUNT, ORG, EXCLUDED)
 
 def excluded_columns(dialect: Dialect) -> str:
     """The columns of the work table of excluded account ids."""
-    return f"account_id {dialect.text_sql(255)}"
+    return f"account_id {dialect.text_sql(KEY_LENGTH)}"
 
 
 def trimmed(dialect: Dialect, column: str) -> str:
@@ -44,14 +45,17 @@ def trimmed(dialect: Dialect, column: str) -> str:
 
 
 def insert_excluded(dialect: Dialect, excluded: str, rows: Sql, column: str) -> Sql:
-    """Add the ids in ``column`` of ``rows`` (a table, or a query in parentheses) to the excluded ones."""
+    """Add the ids in ``column`` of ``rows`` (a table, or a query in parentheses) to the excluded ones;
+    an id longer than any account's (:data:`KEY_LENGTH`) excludes none, and is left out."""
     value = trimmed(dialect, f"n.{dialect.quote(column)}")
     return sql(
         "INSERT INTO {excluded} (account_id) SELECT DISTINCT {value} FROM {rows} n "
-        "WHERE {value} IS NOT NULL AND {value} <> ''",
+        "WHERE {value} IS NOT NULL AND {value} <> '' AND {length} <= {most}",
         excluded=text(excluded),
         value=text(value),
         rows=rows,
+        length=text(dialect.char_length_sql(value)),
+        most=text(str(KEY_LENGTH)),
     )
 
 
@@ -154,12 +158,11 @@ def tiered(dialect: Dialect, numbered: Sql, excluded: str, keys: RowKeys, change
 
 def changed_columns(dialect: Dialect) -> str:
     """The columns of the changed table: the key of an account whose rows or memberships changed, and
-    each way its rows spell it (the key itself for most)."""
-    key = dialect.text_sql(255)
-    return (
-        f"{ACCOUNT} {key}, {ORG} {key}, {ROW_ACCOUNT} {key}, {ROW_ORG} {key}"
-        f"{dialect.key_index_sql([ACCOUNT, ORG])}"
-    )
+    each way its rows spell it (the key itself for most). Unbounded: a row whose id no list could hold
+    pairs with no member and is tiered again, to be refused as it was on the first run. (Only the
+    databases with full outer joins build it, none of which keys a table by an index.)"""
+    key = dialect.text_sql()
+    return f"{ACCOUNT} {key}, {ORG} {key}, {ROW_ACCOUNT} {key}, {ROW_ORG} {key}"
 
 
 def insert_changed(
@@ -263,20 +266,23 @@ def changed_member_counts(changed_members_table: str) -> Sql:
 def outranked_columns(dialect: Dialect) -> str:
     """The columns of the outranked table: the key of an account with two rows or more, and the best
     place its rows name."""
-    key = dialect.text_sql(255)
+    key = dialect.text_sql(KEY_LENGTH)
     return f"{ACCOUNT} {key}, {ORG} {key}, {BEST} INTEGER{dialect.key_index_sql([ACCOUNT, ORG])}"
 
 
-def insert_outranked(tiered_table: str, outranked: str) -> Sql:
+def insert_outranked(dialect: Dialect, tiered_table: str, outranked: str) -> Sql:
     """Fill the outranked table: the accounts that more than one mapped row names, each with the best
     place its rows name. Few accounts have two rows, so every other row is its account's best without
     a look at the others (a window over every row would sort them all); and with the table empty, no
     list's rows repeat a key (:func:`any_outranked`), which each list's plan would otherwise group
-    its rows again to ask."""
+    its rows again to ask. A key longer than any list holds (:data:`KEY_LENGTH`) is left out: each
+    of its rows is refused in its own list's plan."""
+    length = dialect.char_length_sql
     return text(
         f"INSERT INTO {outranked} ({ACCOUNT}, {ORG}, {BEST}) SELECT {ACCOUNT}, {ORG}, MIN({LIST}) "
-        f"FROM {tiered_table} WHERE {LIST} IS NOT NULL AND {ACCOUNT} <> '' GROUP BY {ACCOUNT}, {ORG} "
-        "HAVING COUNT(*) > 1"
+        f"FROM {tiered_table} WHERE {LIST} IS NOT NULL AND {ACCOUNT} <> '' "
+        f"AND {length(ACCOUNT)} <= {KEY_LENGTH} AND {length(ORG)} <= {KEY_LENGTH} "
+        f"GROUP BY {ACCOUNT}, {ORG} HAVING COUNT(*) > 1"
     )
 
 

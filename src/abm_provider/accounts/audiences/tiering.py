@@ -188,7 +188,7 @@ class Tiering:
             self.db.execute(create_work_table_as(dialect, self.tiered, select))
         self._made.append(self.tiered)
         with self.db.transaction():
-            self.db.execute(statements.insert_outranked(self.tiered, self.outranked))
+            self.db.execute(statements.insert_outranked(dialect, self.tiered, self.outranked))
         self.db.analyze(self.tiered, self.outranked)
         tiered = self._count(columns)
         tiered.member_counts = members

@@ -8,6 +8,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from abm_provider.accounts.sync.state import KEY_LENGTH
 from abm_provider.common.rejects import raw_json
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def invalid_row_key(data: Any, validator: AccountValidator) -> tuple[str | None,
     raw_org = data.get(validator.column_map["crmOrgId"])
     account_id = raw_id.strip() if isinstance(raw_id, str) and raw_id.strip() else None
     org = raw_org.strip() if isinstance(raw_org, str) else ""
-    if (account_id is not None and len(account_id) > 255) or len(org) > 255:
+    if (account_id is not None and len(account_id) > KEY_LENGTH) or len(org) > KEY_LENGTH:
         return None, ""  # too long to be a key of the state tables, so no member's key either
     return account_id, org
 

@@ -40,6 +40,11 @@ if TYPE_CHECKING:
 
 #: The default name prefix of the state tables.
 DEFAULT_PREFIX = "abm_sync_"
+#: The longest account id, org, type or name the state tables hold, in characters: as long as the
+#: service takes. A longer id is no account of any list, and the work tables that key accounts leave
+#: it out.
+KEY_LENGTH = 255
+
 #: Status of a run whose plan is written and not yet fully sent.
 SENDING = "sending"
 #: Status of a run whose plan was sent and recorded.
@@ -185,7 +190,7 @@ class StateTables:
 
         Keys compare exactly (``text_sql``): account ids differ by case alone.
         """
-        key, text = f"{dialect.text_sql(255)} NOT NULL", dialect.text_sql(255)
+        key, text = f"{dialect.text_sql(KEY_LENGTH)} NOT NULL", dialect.text_sql(KEY_LENGTH)
         long_text, at = dialect.text_sql(), dialect.type_sql("TIMESTAMP")
         hashed = f"{dialect.text_sql(64)} NOT NULL"
         action = f"{dialect.text_sql(8)} NOT NULL"

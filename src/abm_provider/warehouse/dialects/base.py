@@ -233,6 +233,11 @@ class Dialect(ABC):
         ``TRIM``, spaces only, where a dialect knows no better."""
         return f"TRIM({expression})"
 
+    def char_length_sql(self, expression: str) -> str:
+        """How many characters (not bytes) text ``expression`` holds, as a column's declared length
+        counts them: a value longer than a key column is left out rather than refused by the insert."""
+        return f"LENGTH({expression})"
+
     def exact_sql(self, expression: str) -> str:
         """``expression`` compared exactly, character for character, whatever its column's collation.
 

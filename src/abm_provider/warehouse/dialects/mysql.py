@@ -115,6 +115,9 @@ class MySQLDialect(GenericDialect):
         # A cast's target is CHAR or SIGNED here, never TEXT or BIGINT.
         return f"CAST({expression} AS {_CAST_TYPES.get(sql_type, sql_type)})"
 
+    def char_length_sql(self, expression: str) -> str:
+        return f"CHAR_LENGTH({expression})"  # LENGTH counts bytes here
+
     def exact_sql(self, expression: str) -> str:
         # The default collations compare without case and ignore trailing spaces (PAD SPACE): the
         # bytes are compared instead.

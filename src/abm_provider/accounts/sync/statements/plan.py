@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from abm_provider.accounts.sync.state import (
     BLOCKED,
     DRY_RUN,
+    KEY_LENGTH,
     LOG_COLUMNS,
     NOT_FOUND_ACTION,
     REJECTS_COLUMNS,
@@ -54,7 +55,7 @@ def has_rows(table: Sql, list_id: str) -> Sql:
 
 def candidate_columns(dialect: Dialect) -> str:
     """The columns of the work table of the rows that may be added."""
-    key, hashed = dialect.text_sql(255), dialect.text_sql(64)
+    key, hashed = dialect.text_sql(KEY_LENGTH), dialect.text_sql(64)
     return (
         f"record BIGINT, account_id {key}, crm_org_id {key}, crm_type {key}, account_name {key}, "
         f"row_hash {hashed}"

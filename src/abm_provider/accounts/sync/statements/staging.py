@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from abm_provider.accounts.sync.state import KEY_LENGTH
 from abm_provider.accounts.sync.statements.binding import Sql, join, sql, text, text_value, values
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ _PLAIN_TEXT = "([!-~]([^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f]*[!-~]){0,1}){0,1}
 def stage_columns_sql(dialect: Dialect) -> str:
     """The stage's columns, its keys compared exactly as the state tables' are, and where a dialect needs
     one, the index the removals look members up by."""
-    key, long_text = dialect.text_sql(255), dialect.text_sql()
+    key, long_text = dialect.text_sql(KEY_LENGTH), dialect.text_sql()
     return (
         f"record BIGINT, line BIGINT, account_id {key}, crm_org_id {key}, crm_type {key}, "
         f"account_name {key}, row_hash {dialect.text_sql(64)}, reason {long_text}, raw {long_text}"
