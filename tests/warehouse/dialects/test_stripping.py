@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from abm_provider.warehouse.dialects import DIALECTS as REGISTRY
+from abm_provider.warehouse.dialects import _load
 from abm_provider.warehouse.dialects.duckdb import DuckDBDialect
 from abm_provider.warehouse.dialects.mysql import MySQLDialect
 from abm_provider.warehouse.dialects.postgres import PostgresDialect
@@ -53,3 +55,10 @@ def test_each_database_strips_what_str_strip_strips(database: Warehouse) -> None
     found = {value: database.query(f"SELECT {expression}", [value])[0][0] for value in _values()}
     wrong = {value: got for value, got in found.items() if got != value.strip()}
     assert wrong == {}
+
+
+def test_every_dialect_declaring_it_strips_like_python_is_proven_here() -> None:
+    """The audience sync trusts a dialect's grouping of keys when it declares ``strips_like_python``:
+    each that declares it is run against ``str.strip()`` above, and each run above declares it."""
+    declared = {cls for cls in map(_load, set(REGISTRY.values())) if cls.capabilities.strips_like_python}
+    assert declared == set(DIALECTS.values())
