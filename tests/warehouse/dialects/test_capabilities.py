@@ -51,13 +51,22 @@ def test_a_capabilities_record_missing_a_field_names_it() -> None:
         Capabilities(**given)
 
 
-def test_rules_in_sql_declared_without_the_rules_is_refused() -> None:
+@pytest.mark.parametrize(
+    ("capability", "method"),
+    [
+        ("rules_in_sql", "matches_sql"),
+        # The audience sync trusts its grouping of keys only where the dialect strips them as the
+        # validator does: a dialect claiming that with standard SQL's TRIM is refused.
+        ("strips_like_python", "strip_sql"),
+    ],
+)
+def test_a_capability_declared_without_the_method_behind_it_is_refused(capability: str, method: str) -> None:
     class Promising(GenericDialect):
         name = "promising"
-        capabilities = dataclasses.replace(GenericDialect.capabilities, rules_in_sql=True)
+        capabilities = dataclasses.replace(GenericDialect.capabilities, **{capability: True})
         options_type = NoOptions
 
-    with pytest.raises(TypeError, match="Promising declares rules_in_sql but does not define matches_sql"):
+    with pytest.raises(TypeError, match=f"Promising declares {capability} but does not define {method}"):
         check_declared(Promising)
 
 
@@ -92,16 +101,3 @@ def test_a_style_by_name_without_a_positional_marker_is_refused() -> None:
 
     check_declared(NamedAndPositional)
     assert NamedAndPositional(None).placeholder == "?"
-
-
-def test_strips_like_python_declared_without_a_strip_of_its_own_is_refused() -> None:
-    """The audience sync trusts its grouping of keys only where the dialect strips them as the
-    validator does: a dialect claiming that with standard SQL's TRIM is refused."""
-
-    class Claiming(GenericDialect):
-        name = "claiming"
-        capabilities = dataclasses.replace(GenericDialect.capabilities, strips_like_python=True)
-        options_type = NoOptions
-
-    with pytest.raises(TypeError, match="Claiming declares strips_like_python but does not define strip_sql"):
-        check_declared(Claiming)

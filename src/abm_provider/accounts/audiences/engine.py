@@ -293,7 +293,8 @@ class AudienceSync:
             waiting = self._waiting(tier, run) if refused[run.run_id] else None
             tier.sender.send_additions(run, waiting)
         for run_id in dict.fromkeys(run.run_id for _, run in runs):
-            if self.moves.any_refused(run_id):
+            # A run that counted a refusal before its additions still does; one that did not is asked again.
+            if refused[run_id] or self.moves.any_refused(run_id):
                 self._mark_refused(run_id, [tier for tier, run in runs if run.run_id == run_id])
 
     def _mark_refused(self, run_id: str, tiers: Sequence[_Tier]) -> None:

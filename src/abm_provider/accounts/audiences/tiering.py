@@ -32,11 +32,12 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from abm_provider.accounts.audiences import move_statements, statements
+from abm_provider.accounts.audiences.source_rows import chunks, texts, value_of
 from abm_provider.accounts.sources import SqlSource
 from abm_provider.accounts.sync.staging import Stager
 from abm_provider.accounts.sync.statements.binding import text
@@ -376,10 +377,10 @@ class Tiering:
             self._create(self.copied, ", ".join([f"{RECORD} BIGINT", *(f"{c} {long_text}" for c in plain)]))
             names = [RECORD, *plain]
             count = 0
-            for chunk in _chunks(opened.rows, self.options.stage_rows):
+            for chunk in chunks(opened.rows, self.options.stage_rows):
                 with self.db.transaction():
                     self.db.stage(
-                        self.copied, names, [(r.row_number, *_texts(r.data, columns)) for r in chunk]
+                        self.copied, names, [(r.row_number, *texts(r.data, columns)) for r in chunk]
                     )
                 count += len(chunk)
             self.log.info("Audiences: %d source rows read into the warehouse", count)
@@ -408,8 +409,8 @@ class Tiering:
             self.log.info("Audiences: the exclusion query could not be copied (%s)", refused)
         with source.open() as opened:
             _check_id_column(opened.columns, exclusion)
-            for chunk in _chunks(opened.rows, self.options.stage_rows):
-                ids = [(str(v).strip(),) for v in (_value(r.data, exclusion.id_column) for r in chunk) if v]
+            for chunk in chunks(opened.rows, self.options.stage_rows):
+                ids = [(str(v).strip(),) for v in (value_of(r.data, exclusion.id_column) for r in chunk) if v]
                 with self.db.transaction():
                     self.db.stage(self.excluded, ["account_id"], [i for i in ids if i[0]])
 
@@ -431,24 +432,3 @@ def _check_id_column(columns: Sequence[str] | None, exclusion: Exclusion) -> Non
             f"The exclusion's {exclusion.source.description} has no column {exclusion.id_column!r} "
             f"(columns: {list(columns)}); set its id_column"
         )
-
-
-def _chunks(rows: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    chunk: list[Any] = []
-    for row in rows:
-        chunk.append(row)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-def _value(data: Any, column: str) -> Any:
-    return data.get(column) if isinstance(data, dict) else None
-
-
-def _texts(data: Any, columns: Sequence[str]) -> list[str | None]:
-    """A source row's values in ``columns`` order, as text (``None`` stays ``NULL``)."""
-    values = data if isinstance(data, dict) else {}
-    return [None if (v := values.get(c)) is None else str(v) for c in columns]
