@@ -70,29 +70,31 @@ release-check: install
 compat: install
 	$(VENV)/bin/python scripts/release.py compat
 
-# `make test` runs three things side by side, since most tests wait on sockets, subprocesses and
-# emulated clocks rather than on the two cores: the suite in two halves that share nothing (each
+# `make test` runs four things side by side, since most tests wait on sockets, subprocesses and
+# emulated clocks rather than on the two cores: the suite in three lanes that share nothing (each
 # pytest process has its own emulator, Airflow home, DuckDB files and PostgreSQL schemas; the DAG
 # tests' database is used by tests/dags alone), and mypy followed by the release and compatibility
-# checks (the shortest lane: mypy there no longer holds the suite back). The first half streams; the
-# logs of the others follow it. A test folder added later runs in the second half. The slowest tests
-# of each half close its log, to balance the halves by.
+# checks. The first lane streams; the logs of the others follow it. A test folder added later runs
+# in the third lane. The slowest tests of each lane close its log, to balance the lanes by.
 DURATIONS := --durations=15
-FIRST_HALF := tests/docs tests/e2e tests/hooks tests/exports tests/sensors tests/triggers tests/operators tests/deploy
+FIRST_LANE := tests/docs tests/e2e tests/hooks tests/exports tests/sensors tests/triggers tests/operators tests/deploy
+SECOND_LANE := tests/accounts tests/warehouse tests/ui
 LOGS := .test-logs
 
 test: lint browser
 	@mkdir -p $(LOGS); \
 	{ $(VENV)/bin/mypy; typed=$$?; $(VENV)/bin/python scripts/release.py check compat; checked=$$?; \
 	  exit $$(( typed || checked )); } > $(LOGS)/typecheck-release-and-compat.log 2>&1 & release=$$!; \
-	$(VENV)/bin/pytest $(DURATIONS) tests $(foreach d,$(FIRST_HALF),--ignore=$(d)) > $(LOGS)/second-half.log 2>&1 & second=$$!; \
-	$(VENV)/bin/pytest $(DURATIONS) $(FIRST_HALF); first=$$?; \
-	wait $$second; second_rc=$$?; wait $$release; release_rc=$$?; \
-	echo "== the suite's second half ($(LOGS)/second-half.log)"; cat $(LOGS)/second-half.log; \
+	$(VENV)/bin/pytest $(DURATIONS) $(SECOND_LANE) > $(LOGS)/second-lane.log 2>&1 & second=$$!; \
+	$(VENV)/bin/pytest $(DURATIONS) tests $(foreach d,$(FIRST_LANE) $(SECOND_LANE),--ignore=$(d)) \
+	  > $(LOGS)/third-lane.log 2>&1 & third=$$!; \
+	$(VENV)/bin/pytest $(DURATIONS) $(FIRST_LANE); first=$$?; \
+	wait $$second; second_rc=$$?; wait $$third; third_rc=$$?; wait $$release; release_rc=$$?; \
+	for lane in second third; do echo "== the suite's $$lane lane ($(LOGS)/$$lane-lane.log)"; cat $(LOGS)/$$lane-lane.log; done; \
 	echo "== make typecheck, make release-check and make compat ($(LOGS)/typecheck-release-and-compat.log)"; \
 	cat $(LOGS)/typecheck-release-and-compat.log; \
-	if [ $$first -ne 0 ] || [ $$second_rc -ne 0 ] || [ $$release_rc -ne 0 ]; then \
-	  echo "make test FAILED (first half: $$first, second half: $$second_rc, typecheck/release-check/compat: $$release_rc)"; exit 1; \
+	if [ $$first -ne 0 ] || [ $$second_rc -ne 0 ] || [ $$third_rc -ne 0 ] || [ $$release_rc -ne 0 ]; then \
+	  echo "make test FAILED (lanes: $$first, $$second_rc, $$third_rc; typecheck/release-check/compat: $$release_rc)"; exit 1; \
 	fi
 
 demo: install

@@ -95,13 +95,18 @@ async def test_fifty_deferred_sensors_in_one_event_loop_all_complete(
     running = [asyncio.ensure_future(first_event(t)) for t in triggers]
     await asyncio.sleep(1.0)  # every trigger has polled and found nothing new yet
     assert not any(task.done() for task in running)
-    fired: dict[tuple[str, str], str] = {}
-    for index, (_, key, export_type) in enumerate(pairs):
-        # Staggered: some run for a while before completing, so polls see PENDING/RUNNING first.
-        execution = await asyncio.to_thread(
-            emulator.fire, export_type, api_key=key, size_bytes=1_000, running_seconds=index % 4
+    # Fired together, not one after another: fifty triggers polling twice a second keep the emulator
+    # busy, and each fire queued behind their polls would add its wait to the test's. Staggered all
+    # the same: some run for a while before completing, so polls see PENDING/RUNNING first.
+    executions = await asyncio.gather(
+        *(
+            asyncio.to_thread(
+                emulator.fire, export_type, api_key=key, size_bytes=1_000, running_seconds=index % 4
+            )
+            for index, (_, key, export_type) in enumerate(pairs)
         )
-        fired[(key, export_type)] = execution["id"]
+    )
+    fired = {(key, export_type): e["id"] for (_, key, export_type), e in zip(pairs, executions, strict=True)}
     results = await asyncio.wait_for(asyncio.gather(*running), timeout=150)
     elapsed = time.monotonic() - started
 
