@@ -77,8 +77,8 @@ compat: install
 # checks. The first lane streams; the logs of the others follow it. A test folder added later runs
 # in the third lane. The slowest tests of each lane close its log, to balance the lanes by.
 DURATIONS := --durations=15
-FIRST_LANE := tests/docs tests/e2e tests/hooks tests/exports tests/sensors tests/triggers tests/operators tests/deploy
-SECOND_LANE := tests/accounts tests/warehouse tests/ui
+FIRST_LANE := tests/docs tests/hooks tests/exports tests/sensors tests/triggers tests/operators tests/deploy
+SECOND_LANE := tests/accounts tests/warehouse tests/ui tests/e2e
 LOGS := .test-logs
 
 test: lint browser

@@ -96,3 +96,35 @@ def dying_at_the_first_addition(monkeypatch: pytest.MonkeyPatch) -> Iterator[Non
         yield
     finally:
         monkeypatch.setattr(AbmHook, "change_membership", send)
+
+
+#: Run 1: account 3 is named by tier 1 and tier 2 (it goes to tier 1); 20 and 21 are customers.
+FIRST = {"tier_1": range(1, 6), "tier_2": [3, *range(6, 16)], "tier_3": range(16, 31)}
+FIRST_CUSTOMERS = [20, 21, 99]
+#: Run 2: 7 promoted to tier 1, 2 demoted to tier 3, 8 becomes a customer, 25 leaves the model.
+SECOND = {
+    "tier_1": [1, 3, 4, 5, 7],
+    "tier_2": [3, 6, *range(8, 16)],
+    "tier_3": [2, *(n for n in range(16, 31) if n != 25)],
+}
+SECOND_CUSTOMERS = [8, 20, 21, 99]
+
+
+def expected(tiers: dict[str, Any], customers: list[int]) -> dict[str, set[str]]:
+    """Each tier's accounts: those whose highest tier it is, less the customers."""
+    placed: set[int] = set()
+    result = {}
+    for tier in TIERS:
+        mine = {n for n in tiers[tier] if n not in placed and n not in customers}
+        placed |= set(tiers[tier])
+        result[tier] = ids(mine)
+    return result
+
+
+def assert_one_tier_each(held: dict[str, set[str]], customers: list[int]) -> None:
+    seen: dict[str, str] = {}
+    for tier, members in held.items():
+        for member in members:
+            assert member not in seen, f"{member} is on {seen[member]} and {tier}"
+            seen[member] = tier
+    assert not set(seen) & ids(customers)

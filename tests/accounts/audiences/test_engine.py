@@ -12,8 +12,14 @@ from abm_provider.accounts.sync.state import StateTables
 from abm_provider.exceptions import SyncAlreadyRunning, SyncGuardTripped
 from abm_provider.warehouse.connections import sql_hook
 from accounts.audiences.audience_support import (
+    FIRST,
+    FIRST_CUSTOMERS,
+    SECOND,
+    SECOND_CUSTOMERS,
     TIERS,
+    assert_one_tier_each,
     dying_at_the_first_addition,
+    expected,
     ids,
     make_lists,
     membership_posts,
@@ -24,37 +30,6 @@ from accounts.audiences.audience_support import (
 from accounts.sync.sync_support import account_id, clear_requests, context
 from accounts.sync.sync_support import operator as list_sync_operator
 from support.warehouses import Warehouse
-
-#: Run 1: account 3 is named by tier 1 and tier 2 (it goes to tier 1); 20 and 21 are customers.
-FIRST = {"tier_1": range(1, 6), "tier_2": [3, *range(6, 16)], "tier_3": range(16, 31)}
-FIRST_CUSTOMERS = [20, 21, 99]
-#: Run 2: 7 promoted to tier 1, 2 demoted to tier 3, 8 becomes a customer, 25 leaves the model.
-SECOND = {
-    "tier_1": [1, 3, 4, 5, 7],
-    "tier_2": [3, 6, *range(8, 16)],
-    "tier_3": [2, *(n for n in range(16, 31) if n != 25)],
-}
-SECOND_CUSTOMERS = [8, 20, 21, 99]
-
-
-def expected(tiers: dict[str, Any], customers: list[int]) -> dict[str, set[str]]:
-    """Each tier's accounts: those whose highest tier it is, less the customers."""
-    placed: set[int] = set()
-    result = {}
-    for tier in TIERS:
-        mine = {n for n in tiers[tier] if n not in placed and n not in customers}
-        placed |= set(tiers[tier])
-        result[tier] = ids(mine)
-    return result
-
-
-def assert_one_tier_each(held: dict[str, set[str]], customers: list[int]) -> None:
-    seen: dict[str, str] = {}
-    for tier, members in held.items():
-        for member in members:
-            assert member not in seen, f"{member} is on {seen[member]} and {tier}"
-            seen[member] = tier
-    assert not set(seen) & ids(customers)
 
 
 def assert_members_counted(summary: dict[str, Any], held: dict[str, set[str]]) -> None:
@@ -142,6 +117,28 @@ def test_a_run_counts_the_programmes_members_once_to_plan_and_once_to_report(
     second = sync(warehouse, lists, "run-2")
     assert len(counts) == 2, counts
     assert_members_counted(second, on_service(abm, lists))
+
+
+def test_a_programme_of_large_plans_refreshes_the_plan_tables_statistics_once(
+    abm: Any, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every list's plan is in the one plan table: its statistics are refreshed once the plans are
+    committed, not once per list (each is a pass over the whole table)."""
+    monkeypatch.setattr("abm_provider.accounts.sync.plan.RECORD_ACCOUNTS", 1)  # every plan is "large"
+    lists = make_lists()
+    write_model(warehouse, FIRST, FIRST_CUSTOMERS)
+    analyzed: list[tuple[str, ...]] = []
+    analyze = StateDatabase.analyze
+
+    def spy(self: StateDatabase, *tables: str) -> None:
+        analyzed.append(tables)
+        analyze(self, *tables)
+
+    monkeypatch.setattr(StateDatabase, "analyze", spy)
+    sync(warehouse, lists, "run-1")
+    plan = StateTables.named().plan.name  # the work tables' names never end so
+    assert len([t for t in analyzed if any(name.strip('"`').endswith(plan) for name in t)]) == 1, analyzed
+    assert on_service(abm, lists) == expected(FIRST, FIRST_CUSTOMERS)
 
 
 def test_a_run_stopped_between_a_removal_and_its_addition_converges_on_rerun(

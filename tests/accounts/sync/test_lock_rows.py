@@ -9,10 +9,7 @@ keeps the two apart. Each database is read back with its own client, never throu
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from contextlib import closing
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -34,62 +31,23 @@ from accounts.sync.sync_support import (
     rows_for,
     sent_ids,
 )
-
-CONN_ID = "abm_warehouse"
-
-
-@dataclass
-class CloudState:
-    """The test's database on one emulator: where the source and the state tables are, and a reader."""
-
-    kind: str
-    target: Any
-    schema: str | None
-
-    def name(self, table: str) -> str:
-        return f"{self.schema}.{table}" if self.schema else table
-
-    def query(self, statement: str) -> list[tuple[Any, ...]]:
-        if self.kind == "snowflake":
-            from airflow.providers.snowflake.hooks.snowflake import SnowflakeHook
-
-            with closing(SnowflakeHook(snowflake_conn_id=self.target.conn_id).get_conn()) as conn:
-                cur = conn.cursor()
-                cur.execute(statement)
-                return [tuple(r) for r in cur.fetchall()] if cur.description else []
-        from google.cloud import bigquery
-
-        client = self.target.client()
-        config = bigquery.QueryJobConfig(default_dataset=f"{client.project}.{self.schema}")
-        return [tuple(r.values()) for r in client.query(statement, job_config=config).result()]
-
-    def replace_source(self, numbers: range | list[int]) -> None:
-        """The source table ``targets`` holding the accounts ``numbers``."""
-        self.query(f"DROP TABLE IF EXISTS {self.name('targets')}")
-        text = "STRING" if self.kind == "bigquery" else "VARCHAR"
-        self.query(
-            f"CREATE TABLE {self.name('targets')} (account_id {text}, account_name {text}, crm_org_id {text})"
-        )
-        values = ", ".join(f"('{a}', '{n}', '{o}')" for a, n, o in rows_for(numbers))
-        self.query(f"INSERT INTO {self.name('targets')} VALUES {values}")
-
-    def lock_rows(self) -> list[tuple[Any, ...]]:
-        return self.query(f"SELECT lock_key, run_id FROM {self.name('abm_sync_locks')}")
+from support.cloud_state import CLOUD_KINDS, CONN_ID, CloudState, open_cloud
 
 
-@pytest.fixture(params=["snowflake", "bigquery"])
+def replace_source(cloud: CloudState, numbers: range | list[int]) -> None:
+    """The source table ``targets`` holding the accounts ``numbers``."""
+    cloud.replace_table("targets", ["account_id", "account_name", "crm_org_id"], rows_for(numbers))
+
+
+def lock_rows(cloud: CloudState) -> list[tuple[Any, ...]]:
+    return cloud.query(f"SELECT lock_key, run_id FROM {cloud.name('abm_sync_locks')}")
+
+
+@pytest.fixture(params=CLOUD_KINDS)
 def cloud(request: pytest.FixtureRequest, abm: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[CloudState]:
     """``abm_warehouse`` on a database of the test's own on the emulator, the source in it."""
-    if request.param == "snowflake":
-        target = request.getfixturevalue("snowflake_connection")
-        connection, schema = target.server.connection(target.database), None
-    else:
-        target = request.getfixturevalue("bigquery_connection")
-        target.client().create_dataset(target.dataset)
-        connection, schema = target.server.connection(), target.dataset
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(connection))
-    state = CloudState(request.param, target, schema)
-    state.replace_source(range(1, 21))
+    state = open_cloud(request, request.param, monkeypatch)
+    replace_source(state, range(1, 21))
     yield state
 
 
@@ -124,9 +82,9 @@ def test_a_second_run_sends_only_the_change_and_leaves_no_lock_row(abm: Any, clo
     list_id = make_list()
     first = sync(cloud, list_id, "run-1")
     assert (first["added"], first["removed"]) == (20, 0)
-    assert cloud.lock_rows() == []
+    assert lock_rows(cloud) == []
 
-    cloud.replace_source([*range(3, 21), 21, 22, 23])
+    replace_source(cloud, [*range(3, 21), 21, 22, 23])
     clear_requests(abm)
     second = sync(cloud, list_id, "run-2")
 
@@ -134,13 +92,13 @@ def test_a_second_run_sends_only_the_change_and_leaves_no_lock_row(abm: Any, clo
     assert sorted(sent_ids(abm, "add")) == [account_id(n) for n in (21, 22, 23)]
     assert sorted(sent_ids(abm, "remove")) == [account_id(n) for n in (1, 2)]
     assert member_ids(abm, list_id) == {account_id(n) for n in [*range(3, 21), 21, 22, 23]}
-    assert cloud.lock_rows() == []
+    assert lock_rows(cloud) == []
 
 
 def test_a_guard_trips_before_anything_is_sent(abm: Any, cloud: CloudState) -> None:
     list_id = make_list()
     sync(cloud, list_id, "run-1")
-    cloud.replace_source(range(1, 5))
+    replace_source(cloud, range(1, 5))
     clear_requests(abm)
 
     with pytest.raises(SyncGuardTripped, match="max_removals"):
@@ -148,7 +106,7 @@ def test_a_guard_trips_before_anything_is_sent(abm: Any, cloud: CloudState) -> N
 
     assert sent_ids(abm, "remove") == []
     assert len(member_ids(abm, list_id)) == 20
-    assert cloud.lock_rows() == []
+    assert lock_rows(cloud) == []
 
 
 def test_a_run_of_the_list_another_process_holds_is_refused_naming_it(abm: Any, cloud: CloudState) -> None:
@@ -176,4 +134,4 @@ def test_a_row_its_run_stopped_refreshing_is_taken_over(
     )
 
     assert sync(cloud, list_id, "run-2")["added"] == 20
-    assert cloud.lock_rows() == []
+    assert lock_rows(cloud) == []

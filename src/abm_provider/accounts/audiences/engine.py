@@ -246,8 +246,7 @@ class AudienceSync:
                 for tier, w in written:
                     tier.planner.finish(w, blocked=tripped is not None)
                 self.moves.write(tiering, utc_now())
-            for tier, w in written:
-                tier.planner.settle(w)
+            self.tiers[0].planner.settle(*(w for _, w in written))
         finally:
             for tier, ready in prepared:
                 tier.planner.drop(ready)

@@ -146,9 +146,13 @@ class Planner:
             raise
         return Prepared(work, staged, listed=listed, members=members, unique=unique)
 
-    def settle(self, written: Written) -> None:
-        """After the plan's commit: statistics for a plan its reads would otherwise scan whole."""
-        if written.to_add + written.to_remove > RECORD_ACCOUNTS:
+    def settle(self, *written: Written) -> None:
+        """After the plans' commit: statistics for plans their reads would otherwise scan whole.
+
+        Several plans committed together into the one plan table (an audience sync's lists) need its
+        statistics refreshed once, not once each.
+        """
+        if any(w.to_add + w.to_remove > RECORD_ACCOUNTS for w in written):
             # Statistics from before a plan of several groups would have each group's read scan the
             # table; a plan of one group is read once.
             self.db.analyze(self.db.names(self.tables).plan)

@@ -52,6 +52,7 @@ from abm_provider.warehouse.dialects.bigquery_hook import session_connection_for
 from abm_provider.warehouse.dialects.bigquery_session import SessionConnection
 from abm_provider.warehouse.dialects.capabilities import Capabilities
 from abm_provider.warehouse.dialects.options import NoOptions
+from abm_provider.warehouse.dialects.stripping import stripped_chr_sql
 from abm_provider.warehouse.numbered import RECORD_COLUMN, write_numbered
 from abm_provider.warehouse.rules_sql import SqlValidated
 from abm_provider.warehouse.schema import STAGE_TABLE, Kind, TableName
@@ -105,7 +106,7 @@ class BigQueryDialect(SqlValidated):
         delete_using_join=False,  # DELETE has no join form; EXISTS it is
         transactional_ddl=False,
         lock_rows=True,
-        strips_like_python=False,  # the base TRIM: spaces only
+        strips_like_python=True,
     )
     quote_format = "`{}`"
     text_type_codes = frozenset({"STRING"})  # the cursor's type codes are BigQuery's type names
@@ -146,6 +147,11 @@ class BigQueryDialect(SqlValidated):
         # BigQuery's only key is NOT ENFORCED, a hint that guards nothing (and bqemulator cannot parse
         # it): the sync's statements keep one row per key themselves.
         return ""
+
+    def strip_sql(self, expression: str) -> str:
+        # TRIM's second argument is a set of characters. (bqemulator fails a REGEXP_REPLACE built
+        # from CHR inside an INSERT ... SELECT, so Snowflake's spelling is not proven here.)
+        return f"TRIM({expression}, {stripped_chr_sql()})"
 
     def matches_sql(self, column: str, pattern: str) -> str:
         return f"REGEXP_CONTAINS({column}, r'^({pattern})$')"

@@ -19,3 +19,22 @@ def stripped_class(escape: str) -> str:
     """A regular expression's bracket of the :data:`STRIPPED` characters, each written as ``escape``
     (``"\\x{{{:04x}}}"``) formats its code point: ASCII text, whatever the characters."""
     return "[" + "".join(escape.format(ord(c)) for c in STRIPPED) + "]"
+
+
+def regexp_stripped_sql(expression: str) -> str:
+    """``expression`` without the :data:`STRIPPED` characters around it, by a ``REGEXP_REPLACE`` that
+    replaces every match (Snowflake's and BigQuery's do) of ``^[...]+|[...]+$``.
+
+    The characters are spelled by :func:`stripped_chr_sql`, for a database whose string literals read
+    a backslash as their own escape (Snowflake's) and whose emulator ignores ``TRIM``'s set of
+    characters (fakesnow's).
+    Whitespace has no special meaning inside a bracket, in POSIX's expressions or in RE2's.
+    """
+    bracket = " || ".join(["'['", stripped_chr_sql(), "']'"])
+    return f"REGEXP_REPLACE({expression}, '^' || {bracket} || '+|' || {bracket} || '+$', '')"
+
+
+def stripped_chr_sql() -> str:
+    """The :data:`STRIPPED` characters as a SQL text expression, each ``CHR(code point)``, joined with
+    ``||``: ASCII SQL whatever the characters."""
+    return " || ".join(f"CHR({ord(c)})" for c in STRIPPED)
