@@ -23,12 +23,11 @@ def stripped_class(escape: str) -> str:
 
 def regexp_stripped_sql(expression: str) -> str:
     """``expression`` without the :data:`STRIPPED` characters around it, by a ``REGEXP_REPLACE`` that
-    replaces every match (Snowflake's and BigQuery's do) of ``^[...]+|[...]+$``.
+    replaces every match of ``^[...]+|[...]+$`` (Snowflake's does, by default).
 
     The characters are spelled by :func:`stripped_chr_sql`, for a database whose string literals read
     a backslash as their own escape (Snowflake's) and whose emulator ignores ``TRIM``'s set of
-    characters (fakesnow's).
-    Whitespace has no special meaning inside a bracket, in POSIX's expressions or in RE2's.
+    characters (fakesnow's). Whitespace has no special meaning inside a POSIX bracket.
     """
     bracket = " || ".join(["'['", stripped_chr_sql(), "']'"])
     return f"REGEXP_REPLACE({expression}, '^' || {bracket} || '+|' || {bracket} || '+$', '')"
